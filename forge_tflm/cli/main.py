@@ -1,0 +1,79 @@
+"""`forge_tflm <subcommand> [--flags]`: one absl-flags CLI, one module per subcommand.
+
+Each subcommand module defines its flags in its own `flags.FlagValues` (so
+`forge_tflm train --help` lists only the training flags) and a `run(flag_values)`
+that calls library functions and returns an exit status.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from absl import flags, logging
+
+# name -> (module, one-line summary). Only subcommands that exist are listed.
+SUBCOMMANDS = {
+    "train": ("forge_tflm.cli.train_cmd", "train a bundled Keras model on CIFAR/Tiny-ImageNet"),
+}
+
+
+class UsageError(Exception):
+  """Bad command line: printed as one line, exit status 2."""
+
+
+def _usage() -> str:
+  width = max(len(n) for n in SUBCOMMANDS)
+  lines = ["usage: forge_tflm <subcommand> [--flags]   (forge_tflm <subcommand> --help)",
+           "", "subcommands:"]
+  lines += [f"  {name:<{width}}  {summary}" for name, (_, summary) in SUBCOMMANDS.items()]
+  return "\n".join(lines)
+
+
+def _parse(flag_values: flags.FlagValues, argv: list[str]) -> None:
+  try:
+    flag_values(argv)
+  except flags.Error as e:
+    raise UsageError(str(e)) from e
+
+
+def main(argv: list[str] | None = None) -> int:
+  argv = list(sys.argv if argv is None else argv)
+  if len(argv) < 2 or argv[1] in ("-h", "--help", "help"):
+    print(_usage())
+    return 0 if len(argv) >= 2 else 2
+  name = argv[1]
+  if name not in SUBCOMMANDS:
+    print(f"forge_tflm: unknown subcommand {name!r}\n\n{_usage()}", file=sys.stderr)
+    return 2
+  module = importlib.import_module(SUBCOMMANDS[name][0])
+  flag_values = module.define_flags(flags.FlagValues())
+  sub_argv = [f"forge_tflm {name}"] + argv[2:]
+  if any(a in ("-h", "--help", "--helpfull") for a in argv[2:]):
+    print(f"usage: forge_tflm {name} [--flags]\n\n{module.__doc__.strip()}\n")
+    print(flag_values.main_module_help() if flag_values.main_module_help()
+          else flag_values.get_help())
+    return 0
+  try:
+    _parse(flag_values, sub_argv)
+    logging.use_absl_handler()
+    logging.set_verbosity(logging.INFO)
+    return int(module.run(flag_values) or 0)
+  except UsageError as e:
+    print(f"forge_tflm {name}: {e}", file=sys.stderr)
+    return 2
+  except KeyboardInterrupt:
+    print(f"forge_tflm {name}: interrupted", file=sys.stderr)
+    return 130
+  except (ValueError, OSError) as e:
+    # Expected failures (bad input, missing files) get one line, not a traceback.
+    print(f"forge_tflm {name}: error: {e}", file=sys.stderr)
+    return 1
+
+
+def entry_point() -> None:
+  sys.exit(main())
+
+
+if __name__ == "__main__":
+  entry_point()

@@ -1,0 +1,166 @@
+"""The standard CIFAR training recipe behind `forge_tflm train`.
+
+SGD with Nesterov momentum 0.9, linear warm-up then cosine decay to zero, coupled
+L2 weight decay, random crop (4-pixel zero padding) and horizontal flip, inputs
+scaled to [0, 1]. Checkpoints after every epoch so a stopped run resumes where it
+left off; the finished model is written atomically as `.keras` next to a JSON log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import tempfile
+import time
+
+from absl import logging
+import numpy as np
+
+from forge_tflm.data.imageset import ImageSet
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  model: str = "resnet20"
+  epochs: int = 35
+  batch_size: int = 128
+  learning_rate: float = 0.1
+  warmup_epochs: int = 2
+  weight_decay: float = 5e-4
+  label_smoothing: float = 0.0
+  seed: int = 0
+  jit_compile: bool = True
+
+
+def _augment_fn(tf, pad: int):
+  def augment(image, label):
+    shape = tf.shape(image)
+    image = tf.image.pad_to_bounding_box(image, pad, pad, shape[0] + 2 * pad,
+                                         shape[1] + 2 * pad)
+    image = tf.image.random_crop(image, shape)
+    image = tf.image.random_flip_left_right(image)
+    return image, label
+  return augment
+
+
+def _to_float(tf):
+  def convert(image, label):
+    return tf.cast(image, tf.float32) / 255.0, label
+  return convert
+
+
+def _atomic_write_text(path: str, text: str) -> None:
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+  with os.fdopen(fd, "w") as f:
+    f.write(text)
+  os.replace(tmp, path)
+
+
+def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
+          output: str, command: str = "", checkpoint_dir: str | None = None) -> dict:
+  """Trains `config.model` on `train_set`; writes `output` (.keras) and `output`.json.
+
+  Returns the JSON log as a dict.
+  """
+  import keras
+  import tensorflow as tf
+
+  from forge_tflm.models import build_model
+
+  if not output.endswith(".keras"):
+    raise ValueError(f"output must end in .keras, got {output!r}")
+  keras.utils.set_random_seed(config.seed)
+  checkpoint_dir = checkpoint_dir or output + ".ckpt"
+  os.makedirs(checkpoint_dir, exist_ok=True)
+  state_path = os.path.join(checkpoint_dir, "state.json")
+  weights_path = os.path.join(checkpoint_dir, "last.keras")
+
+  steps_per_epoch = int(np.ceil(len(train_set) / config.batch_size))
+  total_steps = steps_per_epoch * config.epochs
+  warmup_steps = steps_per_epoch * config.warmup_epochs
+  schedule = keras.optimizers.schedules.CosineDecay(
+      initial_learning_rate=0.0 if warmup_steps else config.learning_rate,
+      decay_steps=total_steps - warmup_steps, alpha=0.0,
+      warmup_target=config.learning_rate if warmup_steps else None,
+      warmup_steps=warmup_steps)
+
+  history: list[dict] = []
+  start_epoch = 0
+  if os.path.exists(state_path) and os.path.exists(weights_path):
+    with open(state_path) as f:
+      state = json.load(f)
+    if state.get("config") != dataclasses.asdict(config):
+      raise ValueError(f"checkpoint in {checkpoint_dir} was made with another config;"
+                       " remove it to start over")
+    model = keras.saving.load_model(weights_path, compile=True)
+    history = state["history"]
+    start_epoch = len(history)
+    logging.info("resuming %s from epoch %d", config.model, start_epoch)
+  else:
+    model = build_model(config.model, train_set.num_classes,
+                        train_set.images.shape[1:], config.weight_decay)
+    model.compile(
+        optimizer=keras.optimizers.SGD(schedule, momentum=0.9, nesterov=True),
+        loss=keras.losses.CategoricalCrossentropy(
+            from_logits=True, label_smoothing=config.label_smoothing),
+        metrics=["accuracy"], jit_compile=config.jit_compile)
+  logging.info("%s: %d parameters, %d steps/epoch", model.name, model.count_params(),
+               steps_per_epoch)
+
+  num_classes = train_set.num_classes
+  one_hot = lambda x, y: (x, tf.one_hot(y, num_classes))
+  pad = max(1, train_set.images.shape[1] // 8)
+  train_ds = (tf.data.Dataset.from_tensor_slices((train_set.images, train_set.labels))
+              .shuffle(len(train_set), seed=config.seed, reshuffle_each_iteration=True)
+              .map(_augment_fn(tf, pad), num_parallel_calls=tf.data.AUTOTUNE)
+              .map(_to_float(tf)).map(one_hot)
+              .batch(config.batch_size).prefetch(tf.data.AUTOTUNE))
+  test_ds = None
+  if test_set is not None:
+    test_ds = (tf.data.Dataset.from_tensor_slices((test_set.images, test_set.labels))
+               .map(_to_float(tf)).map(one_hot).batch(256).prefetch(tf.data.AUTOTUNE))
+
+  for epoch in range(start_epoch, config.epochs):
+    # Reseeding per epoch makes a resumed run draw the same augmentations.
+    keras.utils.set_random_seed(config.seed * 1000 + epoch)
+    t0 = time.time()
+    result = model.fit(train_ds, epochs=1, shuffle=False,  # tf.data shuffles.
+                       verbose=2 if logging.level_info() else 0)
+    entry = {"epoch": epoch + 1,
+             "loss": float(result.history["loss"][-1]),
+             "train_accuracy": float(result.history["accuracy"][-1]),
+             "learning_rate": float(schedule(model.optimizer.iterations)),
+             "seconds": round(time.time() - t0, 1)}
+    if test_ds is not None:
+      _, acc = model.evaluate(test_ds, verbose=0)
+      entry["test_accuracy"] = float(acc)
+    history.append(entry)
+    logging.info("epoch %d/%d: %s", epoch + 1, config.epochs, json.dumps(entry))
+    model.save(weights_path)
+    _atomic_write_text(state_path, json.dumps(
+        {"config": dataclasses.asdict(config), "history": history}))
+
+  log = {
+      "model": config.model,
+      "config": dataclasses.asdict(config),
+      "command": command,
+      "train_data": train_set.source,
+      "train_images": len(train_set),
+      "test_data": test_set.source if test_set is not None else None,
+      "parameters": int(model.count_params()),
+      "history": history,
+      "final_test_accuracy": history[-1].get("test_accuracy") if history else None,
+      "versions": {"tensorflow": tf.__version__, "keras": keras.__version__,
+                   "python": platform.python_version()},
+  }
+  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(output)),
+                             suffix=".keras")
+  os.close(fd)
+  model.save(tmp)
+  os.replace(tmp, output)
+  _atomic_write_text(os.path.splitext(output)[0] + ".json", json.dumps(log, indent=2))
+  return log

@@ -1,0 +1,53 @@
+"""The `forge_tflm` command line: subcommand listing, errors, exit codes."""
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from forge_tflm.cli import main as cli
+
+
+def test_help_lists_existing_subcommands(capsys):
+  assert cli.main(["forge_tflm", "--help"]) == 0
+  out = capsys.readouterr().out
+  for name in cli.SUBCOMMANDS:
+    assert name in out
+
+
+def test_no_subcommand_is_a_usage_error(capsys):
+  assert cli.main(["forge_tflm"]) == 2
+  assert "usage" in capsys.readouterr().out
+
+
+def test_unknown_subcommand(capsys):
+  assert cli.main(["forge_tflm", "deploy"]) == 2
+  assert "unknown subcommand 'deploy'" in capsys.readouterr().err
+
+
+def test_every_listed_subcommand_has_help(capsys):
+  for name in cli.SUBCOMMANDS:
+    assert cli.main(["forge_tflm", name, "--help"]) == 0
+    assert f"forge_tflm {name}" in capsys.readouterr().out
+
+
+def test_bad_flag_is_a_one_line_usage_error(capsys):
+  assert cli.main(["forge_tflm", "train", "--no_such_flag=1"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.startswith("forge_tflm train:") and "\n" not in err
+
+
+def test_console_script_is_installed():
+  exe = shutil.which("forge_tflm")
+  if exe is None:
+    pytest.fail("forge_tflm is not on PATH: install the package (README set-up command)")
+  result = subprocess.run([exe, "--help"], capture_output=True, text=True, check=False)
+  assert result.returncode == 0, result.stderr
+  assert "train" in result.stdout
+
+
+def test_module_entry_point():
+  result = subprocess.run([sys.executable, "-m", "forge_tflm.cli.main", "--help"],
+                          capture_output=True, text=True, check=False)
+  assert result.returncode == 0 and "subcommands" in result.stdout

@@ -1,0 +1,41 @@
+"""Repository invariants: the README's test command is what CI runs; pins are exact."""
+
+import os
+import re
+
+from tests.conftest import REPO_ROOT
+
+
+def _read(*parts):
+  with open(os.path.join(REPO_ROOT, *parts)) as f:
+    return f.read()
+
+
+def _readme_commands():
+  return re.findall(r"```sh\n(.*?)\n```", _read("README.md"), re.S)
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+  commands = _readme_commands()
+  test_cmd = next(c for c in commands if "pytest" in c)
+  ci_lines = [l for l in _read(".ci", "run").splitlines()
+              if l.strip() and not l.startswith("#")
+              and not l.startswith(("set ", "cd "))]
+  assert ci_lines == [test_cmd]
+
+
+def test_requirements_are_exact_pins():
+  for name in ("requirements.txt", "requirements-nodeps.txt"):
+    for line in _read(name).splitlines():
+      line = line.split("#")[0].strip()
+      if line:
+        assert re.fullmatch(r"[A-Za-z0-9_.\-]+==[0-9][0-9A-Za-z.]*", line), line
+  pins = dict(l.split("==") for l in _read("requirements.txt").splitlines()
+              if "==" in l and not l.startswith("#"))
+  assert pins["tensorflow"] == "2.21.0" and pins["ai-edge-litert"] == "2.3.0"
+
+
+def test_product_layout_exists():
+  for path in ("forge_tflm", "converter", "custom_ops", "esp32s3_app", "tests",
+               "WORKSPACE", "requirements.txt", "pyproject.toml", "README.md"):
+    assert os.path.exists(os.path.join(REPO_ROOT, path)), path
