@@ -1,0 +1,23 @@
+"""Build script: the C core of FORGE_RECALIB is compiled into the package here.
+
+Metadata lives in pyproject.toml; this file only declares the native extension.
+"""
+
+from setuptools import Extension, setup
+
+_CORE_DIR = "custom_ops/forge_recalib/src"
+
+EXT_MODULES = [
+    Extension(
+        "forge_tflm.ops._forge_recalib_core",
+        sources=[f"{_CORE_DIR}/forge_recalib.c", "forge_tflm/ops/_core_module.c"],
+        include_dirs=[_CORE_DIR],
+        depends=[f"{_CORE_DIR}/forge_recalib.h"],
+        # -ffp-contract=off: no FMA, so the core stays bit-exact to the numpy
+        # reference (SPEC.md). -std=c99 is the core's language level.
+        extra_compile_args=["-O2", "-ffp-contract=off", "-std=c99",
+                            "-fno-fast-math", "-Wall", "-Wextra"],
+    ),
+]
+
+setup(ext_modules=EXT_MODULES)
