@@ -1,0 +1,92 @@
+"""Calibration: the representative images and the pre-activation ranges of sites.
+
+When a site's activation moves from the conv into FORGE_RECALIB, the conv
+output must represent negative values too, so it needs a new (pre-activation)
+int8 range. It is measured on the float model: the BN outputs of the sites over
+the calibration images, recorded by wrapping each BN layer's call while the model
+runs eagerly (this works for nested models too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import numpy as np
+
+from forge_tflm.converter.sites import BNSite
+
+
+@dataclasses.dataclass(frozen=True)
+class RangeStats:
+  low: float
+  high: float
+  count: int
+  values: np.ndarray  # A subsample, to count saturation for clipped ranges.
+
+
+def _layer_by_path(model, path: str):
+  layer = model
+  for part in path.split("/"):
+    layer = layer.get_layer(part)
+  return layer
+
+
+@contextlib.contextmanager
+def _recording(layers: dict[str, object], sink: dict[str, list[np.ndarray]]):
+  originals = {}
+  for name, layer in layers.items():
+    originals[name] = layer.call
+
+    def wrapped(*args, __name=name, __call=layer.call, **kwargs):
+      out = __call(*args, **kwargs)
+      sink.setdefault(__name, []).append(np.asarray(out))
+      return out
+
+    layer.call = wrapped
+  try:
+    yield
+  finally:
+    for name, layer in layers.items():
+      layer.call = originals[name]
+
+
+def bn_output_ranges(model, sites: list[BNSite], inputs: np.ndarray, batch: int = 100,
+                     keep: int = 200_000, seed: int = 0) -> dict[str, RangeStats]:
+  """Min/max (and a value subsample) of each site's BN output over `inputs`."""
+  layers = {s.name: _layer_by_path(model, s.name) for s in sites}
+  sink: dict[str, list[np.ndarray]] = {}
+  with _recording(layers, sink):
+    for i in range(0, len(inputs), batch):
+      model(inputs[i:i + batch], training=False)
+  rng = np.random.default_rng(seed)
+  stats = {}
+  for name, parts in sink.items():
+    flat = np.concatenate([p.reshape(-1) for p in parts])
+    sample = flat if flat.size <= keep else rng.choice(flat, keep, replace=False)
+    stats[name] = RangeStats(float(flat.min()), float(flat.max()), int(flat.size), sample)
+  return stats
+
+
+def int8_params(low: float, high: float) -> tuple[float, int]:
+  """TFLite's asymmetric int8 (scale, zero point) for a range that includes 0."""
+  low, high = min(low, 0.0), max(high, 0.0)
+  if high - low < 1e-8:
+    high = low + 1e-8
+  scale = (high - low) / 255.0
+  zero_point = int(np.clip(np.round(-128 - low / scale), -128, 127))
+  return float(scale), zero_point
+
+
+def preact_params(stats: RangeStats, method: str) -> tuple[float, int, float]:
+  """(scale, zero point, saturated fraction of the calibration values) for a site."""
+  if method == "minmax":
+    low, high = stats.low, stats.high
+  else:
+    p = float(method.split(":")[1])
+    low = float(np.percentile(stats.values, 100.0 - p))
+    high = float(np.percentile(stats.values, p))
+  scale, zp = int8_params(low, high)
+  q = np.round(stats.values / scale) + zp
+  saturated = float(np.mean((q < -128) | (q > 127))) if q.size else 0.0
+  return scale, zp, saturated

@@ -1,0 +1,114 @@
+"""Insert FORGE_RECALIB after the chosen convs (flatbuffer edit).
+
+For a site whose conv writes tensor T with fused activation A:
+    conv -> T                      becomes
+    conv(activation NONE) -> T_pre -> FORGE_RECALIB(T_pre, beta, |gamma|; A) -> T
+T keeps its name, shape and quantization, so every consumer is untouched. T_pre
+gets pre-activation quantization (the same as T when A is NONE). The conv's
+bias is int32 at scale s_in*s_w and does not depend on the output scale, so
+nothing else in the model changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from ai_edge_litert import schema_py_generated as schema
+
+from forge_tflm import tflite_graph as tg
+from forge_tflm.converter.sites import BNSite, ConversionError
+from forge_tflm.ops import RecalibOptions, encode_options
+
+_FUSED = {schema.ActivationFunctionType.NONE: "none",
+          schema.ActivationFunctionType.RELU: "relu",
+          schema.ActivationFunctionType.RELU6: "relu6"}
+
+
+@dataclasses.dataclass(frozen=True)
+class InsertedSite:
+  site: BNSite
+  options: RecalibOptions
+  input_quant: tuple[float, int]   # T_pre.
+  output_quant: tuple[float, int]  # T.
+  input_tensor: str
+  output_tensor: str
+  saturated_fraction: float
+
+
+def fused_activation(model, op) -> str:
+  code = op.builtinOptions.fusedActivationFunction
+  if code not in _FUSED:
+    raise ConversionError(f"conv op has unsupported fused activation code {code}")
+  return _FUSED[code]
+
+
+def insert_recalib(model: "schema.ModelT", sites: list[BNSite], op_index: dict[str, int],
+                   make_options, preact) -> list[InsertedSite]:
+  """Rewrites `model` in place.
+
+  make_options(site, activation) -> RecalibOptions.
+  preact(site) -> (scale, zero_point, saturated_fraction) for a site whose
+    activation moves into FORGE.
+  """
+  subgraph = model.subgraphs[0]
+  opcode = tg.custom_opcode_index(model, tg.FORGE_RECALIB)
+  inserted = []
+  new_ops: dict[int, object] = {}
+  for site in sites:
+    i = op_index[site.name]
+    conv = subgraph.operators[i]
+    activation = fused_activation(model, conv)
+    out_idx = conv.outputs[0]
+    out = subgraph.tensors[out_idx]
+    out_quant = tg.per_tensor_quant(out)
+    if out.shape is None or out.shape[-1] != site.channels:
+      raise ConversionError(f"site {site.name}: conv output has shape {out.shape}, BN has"
+                            f" {site.channels} channels")
+    if activation == "none":
+      pre_quant, saturated = out_quant, 0.0
+    else:
+      scale, zp, saturated = preact(site)
+      pre_quant = (scale, zp)
+
+    pre = schema.TensorT()
+    pre.shape = list(out.shape)
+    pre.shapeSignature = list(out.shapeSignature) if out.shapeSignature is not None else None
+    pre.type = out.type
+    pre.buffer = 0
+    pre.name = f"{tg.tensor_name(out)}/forge_preact"
+    pre.quantization = tg.make_quant(*pre_quant)
+    subgraph.tensors.append(pre)
+    pre_idx = len(subgraph.tensors) - 1
+
+    consts = []
+    for suffix, values in (("beta", site.beta), ("gamma_abs", site.gamma_abs)):
+      t = schema.TensorT()
+      t.shape = [site.channels]
+      t.type = schema.TensorType.FLOAT32
+      t.buffer = tg.add_const_buffer(model, np.asarray(values, np.float32))
+      t.name = f"{site.name}/forge_{suffix}"
+      subgraph.tensors.append(t)
+      consts.append(len(subgraph.tensors) - 1)
+
+    conv.outputs[0] = pre_idx
+    conv.builtinOptions.fusedActivationFunction = schema.ActivationFunctionType.NONE
+
+    options = make_options(site, activation)
+    op = schema.OperatorT()
+    op.opcodeIndex = opcode
+    op.inputs = [pre_idx] + consts
+    op.outputs = [out_idx]
+    op.customOptions = list(encode_options(options))
+    op.customOptionsFormat = schema.CustomOptionsFormat.FLEXBUFFERS
+    new_ops[i] = op
+    inserted.append(InsertedSite(site, options, pre_quant, out_quant,
+                                 tg.tensor_name(pre), tg.tensor_name(out), saturated))
+
+  ops = []
+  for i, op in enumerate(subgraph.operators):
+    ops.append(op)
+    if i in new_ops:
+      ops.append(new_ops[i])
+  subgraph.operators = ops
+  return inserted

@@ -1,0 +1,220 @@
+"""`convert`: the converter as an ordered list of small passes over one context.
+
+    load -> find sites -> select -> calibration inputs -> int8 conversion ->
+    match convs -> pre-activation ranges -> insert FORGE_RECALIB -> outputs
+
+Each pass reads and fills a few fields of `_Context`; recording BN targets
+(find sites) is separate from rewriting the graph (insert).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+
+from absl import logging
+import numpy as np
+
+from forge_tflm import tflite_graph as tg
+from forge_tflm.converter import calibration as calib
+from forge_tflm.converter import frontend_keras, insert, match, outputs, quantize
+from forge_tflm.converter.options import ConvertOptions
+from forge_tflm.converter.sites import BNSite, ConversionError
+from forge_tflm.data.imageset import ImageSet
+from forge_tflm.ops import RecalibOptions
+
+
+@dataclasses.dataclass(frozen=True)
+class ConversionResult:
+  tflite: bytes
+  plain_tflite: bytes  # The same int8 model without FORGE_RECALIB.
+  manifest: dict
+  written: tuple[str, ...]
+  seconds: float
+
+
+@dataclasses.dataclass
+class _Context:
+  source_path: str
+  options: ConvertOptions
+  calibration_set: ImageSet
+  command: str
+  frontend: str = ""
+  float_model: object = None
+  sites_found: list[BNSite] = dataclasses.field(default_factory=list)
+  sites: list[BNSite] = dataclasses.field(default_factory=list)
+  calib_inputs: np.ndarray | None = None
+  plain_tflite: bytes = b""
+  op_index: dict[str, int] = dataclasses.field(default_factory=dict)
+  preact: dict[str, tuple[float, int, float]] = dataclasses.field(default_factory=dict)
+  model_t: object = None
+  inserted: list = dataclasses.field(default_factory=list)
+  tflite: bytes = b""
+
+
+def _load(ctx: _Context) -> None:
+  ext = os.path.splitext(ctx.source_path)[1].lower()
+  if ext == ".keras":
+    ctx.frontend = "keras"
+    ctx.float_model = frontend_keras.load_keras_model(ctx.source_path)
+  elif ext == ".onnx":
+    raise ConversionError("ONNX input is not supported yet")
+  elif ext == ".tflite":
+    raise ConversionError(f"{ctx.source_path!r} is already a TFLite model; convert from the"
+                          " float .keras or .onnx model")
+  else:
+    raise ConversionError(f"unsupported model file {ctx.source_path!r} (expected .keras)")
+
+
+def _find_sites(ctx: _Context) -> None:
+  ctx.sites_found = frontend_keras.find_keras_sites(ctx.float_model)
+  logging.info("found %d Conv->BN sites, %d channels", len(ctx.sites_found),
+               sum(s.channels for s in ctx.sites_found))
+
+
+def _select(ctx: _Context) -> None:
+  wanted = ctx.options.sites
+  if wanted == "all":
+    ctx.sites = list(ctx.sites_found)
+  elif wanted == "none":
+    ctx.sites = []
+  else:
+    by_name = {s.name: s for s in ctx.sites_found}
+    unknown = [n for n in wanted if n not in by_name]
+    if unknown:
+      raise ConversionError(f"unknown site(s) {', '.join(unknown)}; the model's sites are:"
+                            f" {', '.join(by_name)}")
+    chosen = set(wanted)
+    ctx.sites = [s for s in ctx.sites_found if s.name in chosen]
+
+
+def _calibration_inputs(ctx: _Context) -> None:
+  data = ctx.calibration_set
+  if data is None or len(data) == 0:
+    raise ConversionError("no calibration images")
+  n = min(ctx.options.calibration_size, len(data))
+  rng = np.random.default_rng(ctx.options.calibration_seed)
+  idx = np.sort(rng.permutation(len(data))[:n])
+  ctx.calib_inputs = ctx.options.input_contract.to_float(data.images[idx])
+  expected = tuple(ctx.float_model.input_shape[1:])
+  if tuple(ctx.calib_inputs.shape[1:]) != expected:
+    raise ConversionError(f"calibration images are {ctx.calib_inputs.shape[1:]}, the model"
+                          f" expects {expected}")
+
+
+def _quantize(ctx: _Context) -> None:
+  t0 = time.time()
+  ctx.plain_tflite = quantize.convert_keras_int8(ctx.float_model, ctx.calib_inputs)
+  logging.info("full-int8 conversion: %d bytes in %.1f s", len(ctx.plain_tflite),
+               time.time() - t0)
+  ctx.model_t = tg.load_model(ctx.plain_tflite)
+
+
+def _match(ctx: _Context) -> None:
+  ctx.op_index = match.match_sites(ctx.model_t, ctx.sites)
+
+
+def _preact_ranges(ctx: _Context) -> None:
+  subgraph = ctx.model_t.subgraphs[0]
+  need = [s for s in ctx.sites
+          if insert.fused_activation(ctx.model_t, subgraph.operators[ctx.op_index[s.name]])
+          != "none"]
+  if not need:
+    return
+  stats = calib.bn_output_ranges(ctx.float_model, need, ctx.calib_inputs)
+  for s in need:
+    ctx.preact[s.name] = calib.preact_params(stats[s.name], ctx.options.preact_range)
+
+
+def _insert(ctx: _Context) -> None:
+  o = ctx.options
+
+  def make_options(site: BNSite, activation: str) -> RecalibOptions:
+    return RecalibOptions(momentum=o.momentum, window=o.window,
+                          eps=o.eps if o.eps is not None else site.eps,
+                          activation=activation, variance=o.variance)
+
+  ctx.inserted = insert.insert_recalib(ctx.model_t, ctx.sites, ctx.op_index, make_options,
+                                       lambda site: ctx.preact[site.name])
+  ctx.tflite = tg.save_model(ctx.model_t)
+
+
+PASSES = (_load, _find_sites, _select, _calibration_inputs, _quantize, _match,
+          _preact_ranges, _insert)
+
+
+def _file_sha256(path: str) -> str:
+  h = hashlib.sha256()
+  with open(path, "rb") as f:
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+      h.update(chunk)
+  return h.hexdigest()
+
+
+def _io_quant(tflite: bytes) -> tuple[tuple[float, int], tuple[float, int]]:
+  m = tg.load_model(tflite)
+  sg = m.subgraphs[0]
+  return (tg.per_tensor_quant(sg.tensors[sg.inputs[0]]),
+          tg.per_tensor_quant(sg.tensors[sg.outputs[0]]))
+
+
+def output_paths(output: str, c_array: bool, plain_output: str | None = None) -> dict:
+  base = os.path.splitext(output)[0]
+  paths = {"tflite": output, "manifest": base + ".json"}
+  if c_array:
+    paths["c_header"] = base + "_model_data.h"
+    paths["c_source"] = base + "_model_data.cc"
+  if plain_output:
+    paths["plain"] = plain_output
+  return paths
+
+
+def convert(source_path: str, output: str, calibration_set: ImageSet,
+            options: ConvertOptions = ConvertOptions(), command: str = "",
+            plain_output: str | None = None) -> ConversionResult:
+  """Converts a float model into the deployable FORGE artifact and writes it.
+
+  Writes `output` (.tflite), the manifest `<output stem>.json`, optionally the C
+  array (`<stem>_model_data.h/.cc`) and the plain int8 model. All files appear
+  together or not at all; the source is never overwritten.
+  """
+  t0 = time.time()
+  if not output.endswith(".tflite"):
+    raise ConversionError(f"output must end in .tflite, got {output!r}")
+  paths = output_paths(output, options.c_array, plain_output)
+  if not os.path.isfile(source_path):
+    raise ConversionError(f"model {source_path!r} does not exist or is not a file")
+  src_real = os.path.realpath(source_path)
+  for p in paths.values():
+    if os.path.realpath(p) == src_real:
+      raise ConversionError(f"output {p!r} would overwrite the input model")
+  ctx = _Context(source_path, options, calibration_set, command)
+  for step in PASSES:
+    step(ctx)
+
+  input_quant, output_quant = _io_quant(ctx.tflite)
+  manifest = outputs.build_manifest(
+      tflite=ctx.tflite, source_path=source_path, source_sha256=_file_sha256(source_path),
+      frontend=ctx.frontend, options=options, all_sites=ctx.sites_found,
+      inserted=ctx.inserted, input_quant=input_quant, output_quant=output_quant,
+      command=command,
+      calibration={"images": int(len(ctx.calib_inputs)), "source": calibration_set.source,
+                   "seed": options.calibration_seed, "preact_range": options.preact_range})
+  files = {paths["tflite"]: ctx.tflite, paths["manifest"]: outputs.manifest_json(manifest)}
+  if options.c_array:
+    name = outputs.c_identifier(output)
+    header, source = outputs.c_array_sources(
+        ctx.tflite, name, command or "forge_tflm.converter.convert(...)",
+        manifest["model_sha256"], os.path.basename(paths["c_header"]))
+    files[paths["c_header"]] = header.encode()
+    files[paths["c_source"]] = source.encode()
+  if plain_output:
+    files[paths["plain"]] = ctx.plain_tflite
+  outputs.write_atomically(files)
+  seconds = time.time() - t0
+  logging.info("wrote %s (%d FORGE sites, %d bytes state) in %.1f s", output,
+               manifest["totals"]["sites"], manifest["totals"]["state_bytes_sram"], seconds)
+  return ConversionResult(ctx.tflite, ctx.plain_tflite, manifest, tuple(files), seconds)
