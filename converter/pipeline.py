@@ -130,6 +130,9 @@ def _preact_ranges(ctx: _Context) -> None:
 
 
 def _insert(ctx: _Context) -> None:
+  if not ctx.sites:
+    ctx.tflite = ctx.plain_tflite  # Nothing to insert: the plain model, byte for byte.
+    return
   o = ctx.options
 
   def make_options(site: BNSite, activation: str) -> RecalibOptions:

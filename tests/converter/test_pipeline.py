@@ -1,0 +1,172 @@
+"""`convert` end to end on a tiny model with real BN statistics."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from forge_tflm import tflite_graph as tg
+from forge_tflm.converter import match
+from forge_tflm.converter.options import ConvertOptions, InputContract
+from forge_tflm.converter.pipeline import convert
+from forge_tflm.converter.sites import ConversionError
+from forge_tflm.data.imageset import ImageSet
+from forge_tflm.converter.frontend_keras import find_keras_sites
+from forge_tflm.ops import decode_options
+from forge_tflm.runtime.segmented import SegmentedModel
+from tests.converter import tiny_models
+
+
+def _calibration(n=64, seed=0):
+  return ImageSet(tiny_models.random_images(n, seed=seed), np.zeros(n, np.int64),
+                  ("x",), "generated")
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+  d = tmp_path_factory.mktemp("conv")
+  model = tiny_models.tiny_resnet()
+  src = str(d / "tiny.keras")
+  model.save(src)
+  out = str(d / "tiny_forge.tflite")
+  result = convert(src, out, _calibration(), ConvertOptions(c_array=True, window=640),
+                   command="forge_tflm convert --model=tiny.keras",
+                   plain_output=str(d / "tiny_plain.tflite"))
+  return src, out, result
+
+
+def test_manifest_counts_and_state_bytes(converted):
+  _, out, result = converted
+  m = result.manifest
+  with open(os.path.splitext(out)[0] + ".json") as f:
+    assert json.load(f) == m
+  assert m["totals"]["sites"] == 5
+  channels = sum(c for _, _, c in tiny_models.TINY_SITES.values())
+  assert m["totals"]["channels"] == channels
+  assert m["totals"]["state_bytes_sram"] == 8 * channels
+  assert m["totals"]["target_bytes_flash"] == 8 * channels
+  assert {s["name"]: (s["kind"], s["activation"], s["channels"]) for s in m["sites"]} == \
+      tiny_models.TINY_SITES
+  with open(out, "rb") as f:
+    data = f.read()
+  from forge_tflm.converter.outputs import sha256
+  assert m["model_sha256"] == sha256(data)
+  assert m["input"]["quantization"]["zero_point"] == -128
+  assert m["input"]["quantization"]["scale"] == pytest.approx(1 / 255, rel=1e-3)
+  assert m["input"]["contract"]["kind"] == "range"
+
+
+def test_graph_edit_changes_only_the_sites(converted):
+  _, _, result = converted
+  plain, forge = tg.load_model(result.plain_tflite), tg.load_model(result.tflite)
+  psg, fsg = plain.subgraphs[0], forge.subgraphs[0]
+  ops = [tg.op_name(forge, op) for op in fsg.operators]
+  assert ops.count(tg.FORGE_RECALIB) == 5
+  assert len(fsg.operators) == len(psg.operators) + 5
+  # Each FORGE op follows its conv and writes the tensor the conv used to write.
+  for i, op in enumerate(fsg.operators):
+    if tg.op_name(forge, op) == tg.FORGE_RECALIB:
+      conv = fsg.operators[i - 1]
+      assert tg.op_name(forge, conv) in ("CONV_2D", "DEPTHWISE_CONV_2D")
+      assert conv.outputs[0] == op.inputs[0]
+      assert conv.builtinOptions.fusedActivationFunction == 0
+      opts = decode_options(bytes(np.asarray(op.customOptions, np.uint8)))
+      assert opts.window == 640 and opts.variance == "running"
+  # Every original tensor keeps its name and quantization.
+  for t in range(len(psg.tensors)):
+    a, b = psg.tensors[t], fsg.tensors[t]
+    assert tg.tensor_name(a) == tg.tensor_name(b)
+    if a.quantization is not None and a.quantization.scale is not None:
+      np.testing.assert_array_equal(a.quantization.scale, b.quantization.scale)
+  # Sites with no activation keep the conv's output quantization for T_pre.
+  for s in result.manifest["sites"]:
+    if s["activation"] == "none":
+      assert s["input_quantization"] == s["output_quantization"]
+    else:
+      assert s["input_quantization"]["zero_point"] > -128  # Negative values representable.
+
+
+def test_frozen_forge_agrees_with_plain_int8(converted):
+  _, _, result = converted
+  x = tiny_models.random_images(200, seed=7)
+  plain = SegmentedModel(result.plain_tflite, "reference")
+  forge = SegmentedModel(result.tflite, "reference")
+  xq = plain.quantize_input(InputContract().to_float(x))
+  a, b = plain.run(xq), forge.run(xq, mode="frozen")
+  agreement = float(np.mean(a.argmax(1) == b.argmax(1)))
+  assert agreement >= 0.9, agreement
+  assert np.mean(np.abs(plain.dequantize_output(a) - forge.dequantize_output(b))) < 0.1
+
+
+def test_weight_matching_ignores_order_and_rejects_foreign_weights(converted):
+  src, _, result = converted
+  import keras
+  sites = find_keras_sites(keras.saving.load_model(src))
+  model = tg.load_model(result.plain_tflite)
+  forward = match.match_sites(model, sites)
+  assert match.match_sites(model, sites[::-1]) == forward
+  assert len(set(forward.values())) == len(sites)
+  import dataclasses
+  bad = dataclasses.replace(sites[0], folded_kernel=sites[0].folded_kernel * 1.5)
+  with pytest.raises(ConversionError, match="no conv op .* has its folded weights"):
+    match.match_sites(model, [bad])
+
+
+def test_c_array(converted):
+  _, out, result = converted
+  stem = os.path.splitext(out)[0]
+  header = open(stem + "_model_data.h").read()
+  source = open(stem + "_model_data.cc").read()
+  assert "forge_tflm convert --model=tiny.keras" in header
+  assert "alignas(16) const unsigned char g_tiny_forge_model[]" in source
+  assert f"g_tiny_forge_model_len = {len(result.tflite)};" in source
+  body = source.split("{", 1)[1].split("}", 1)[0]
+  assert bytes(int(v, 16) for v in body.replace(",", " ").split()) == result.tflite
+
+
+def test_site_selection(tmp_path, converted):
+  src, _, _ = converted
+  r = convert(src, str(tmp_path / "two.tflite"), _calibration(16),
+              ConvertOptions(sites=("b2_bn", "dw_bn"), momentum=0.1, window=None))
+  assert [s["name"] for s in r.manifest["sites"]] == ["b2_bn", "dw_bn"]
+  assert r.manifest["sites"][0]["options"]["momentum"] == pytest.approx(0.1)
+  assert len(r.manifest["bn_sites_found"]) == 5
+  r = convert(src, str(tmp_path / "none.tflite"), _calibration(16),
+              ConvertOptions(sites="none"))
+  assert r.manifest["totals"]["sites"] == 0 and r.tflite == r.plain_tflite
+
+
+def _no_outputs(tmp_path, stem):
+  return not [p for p in os.listdir(tmp_path) if p.startswith((stem, ".forge_tmp"))]
+
+
+def test_errors_leave_no_output(tmp_path, converted):
+  src, _, _ = converted
+  out = str(tmp_path / "o.tflite")
+  with pytest.raises(ConversionError, match="unknown site\\(s\\) nope"):
+    convert(src, out, _calibration(8), ConvertOptions(sites=("nope",)))
+  assert _no_outputs(tmp_path, "o")
+  with pytest.raises(ConversionError, match="does not exist"):
+    convert(str(tmp_path / "missing.keras"), out, _calibration(8))
+  with pytest.raises(ConversionError, match="no calibration images"):
+    convert(src, out, ImageSet(np.zeros((0, 16, 16, 3), np.uint8), np.zeros(0, np.int64),
+                               ("x",), "empty"))
+  with pytest.raises(ConversionError, match="calibration images are"):
+    convert(src, out, ImageSet(tiny_models.random_images(4, size=8), np.zeros(4, np.int64),
+                               ("x",), "small"))
+  with pytest.raises(ConversionError, match="already a TFLite model"):
+    convert(str(tmp_path / ".." / os.path.basename(os.path.dirname(src)) /
+                "tiny_forge.tflite"), out, _calibration(8))
+  assert _no_outputs(tmp_path, "o")
+
+
+def test_never_overwrites_the_input(tmp_path, converted):
+  src, _, _ = converted
+  with pytest.raises(ConversionError, match="must end in .tflite"):
+    convert(src, src, _calibration(8))
+  fake = tmp_path / "m.tflite"
+  fake.write_bytes(b"x")
+  with pytest.raises(ConversionError, match="would overwrite the input"):
+    convert(str(fake), str(fake), _calibration(8))
+  assert fake.read_bytes() == b"x"

@@ -1,0 +1,114 @@
+"""Splitting at host ops is exact; FORGE state is per stream."""
+
+import numpy as np
+import pytest
+from ai_edge_litert import schema_py_generated as schema
+from ai_edge_litert.interpreter import Interpreter
+
+from forge_tflm import tflite_graph as tg
+from forge_tflm.converter.options import ConvertOptions, InputContract
+from forge_tflm.converter.pipeline import convert
+from forge_tflm.data.imageset import ImageSet
+from forge_tflm.runtime.segmented import KERNEL_MODES, SegmentedModel
+from tests.converter import tiny_models
+
+IDENTITY = "TEST_IDENTITY"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+  d = tmp_path_factory.mktemp("seg")
+  src = str(d / "tiny.keras")
+  tiny_models.tiny_resnet().save(src)
+  calib = ImageSet(tiny_models.random_images(32), np.zeros(32, np.int64), ("x",), "gen")
+  r = convert(src, str(d / "f.tflite"), calib, ConvertOptions(window=640))
+  return r.plain_tflite, r.tflite
+
+
+def cut_after_every_op(model_bytes: bytes) -> bytes:
+  """Inserts an identity custom op after every op: every tensor crosses a cut."""
+  model = tg.load_model(model_bytes)
+  sg = model.subgraphs[0]
+  code = tg.custom_opcode_index(model, IDENTITY)
+  ops = []
+  for op in sg.operators:
+    ops.append(op)
+    out = op.outputs[0]
+    t = sg.tensors[out]
+    pre = schema.TensorT()
+    pre.shape, pre.shapeSignature, pre.type = t.shape, t.shapeSignature, t.type
+    pre.quantization, pre.buffer = t.quantization, 0
+    pre.name = tg.tensor_name(t) + "/pre"
+    sg.tensors.append(pre)
+    op.outputs[0] = len(sg.tensors) - 1
+    ident = schema.OperatorT()
+    ident.opcodeIndex, ident.inputs, ident.outputs = code, [op.outputs[0]], [out]
+    ops.append(ident)
+  sg.operators = ops
+  return tg.save_model(model)
+
+
+def run_unsplit(model_bytes, x, kernels):
+  it = Interpreter(model_content=model_bytes,
+                   experimental_op_resolver_type=KERNEL_MODES[kernels])
+  it.resize_tensor_input(it.get_input_details()[0]["index"], list(x.shape))
+  it.allocate_tensors()
+  it.set_tensor(it.get_input_details()[0]["index"], x)
+  it.invoke()
+  return it.get_tensor(it.get_output_details()[0]["index"])
+
+
+@pytest.mark.parametrize("kernels", ["reference", "optimized"])
+@pytest.mark.parametrize("batch", [1, 5])
+def test_identity_cuts_are_bit_exact(models, kernels, batch):
+  plain, _ = models
+  cut = cut_after_every_op(plain)
+  calls = []
+
+  def identity(x, op):
+    calls.append(x.shape)
+    return x.copy()
+
+  seg = SegmentedModel(cut, kernels, host_kernels={IDENTITY: identity})
+  x = seg.quantize_input(InputContract().to_float(tiny_models.random_images(batch, seed=3)))
+  np.testing.assert_array_equal(seg.run(x), run_unsplit(plain, x, kernels))
+  assert len(calls) == len(tg.load_model(plain).subgraphs[0].operators)
+
+
+def test_unknown_custom_op_is_rejected(models):
+  plain, _ = models
+  with pytest.raises(ValueError, match="unsupported custom op 'TEST_IDENTITY'"):
+    SegmentedModel(cut_after_every_op(plain))
+
+
+def test_state_adapts_freezes_and_resets(models):
+  _, forge = models
+  seg = SegmentedModel(forge, "reference")
+  assert len(seg.nodes) == 5
+  initial = seg.get_state()
+  x = seg.quantize_input(InputContract().to_float(tiny_models.random_images(8, seed=4)))
+  seg.run(x, mode="frozen")
+  for a, b in zip(initial, seg.get_state()):
+    np.testing.assert_array_equal(a, b)
+  first = seg.run(x, mode="adapt")
+  assert any(not np.array_equal(a, b) for a, b in zip(initial, seg.get_state()))
+  seg.reset()
+  for a, b in zip(initial, seg.get_state()):
+    np.testing.assert_array_equal(a, b)
+  # A new stream after reset behaves exactly like a fresh model.
+  np.testing.assert_array_equal(seg.run(x, mode="adapt"), first)
+  fresh = SegmentedModel(forge, "reference")
+  fresh.run(x, mode="adapt")
+  for a, b in zip(fresh.get_state(), seg.get_state()):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_input_validation(models):
+  _, forge = models
+  seg = SegmentedModel(forge)
+  with pytest.raises(ValueError, match="must be int8"):
+    seg.run(np.zeros((1, 16, 16, 3), np.float32))
+  with pytest.raises(ValueError, match="does not match"):
+    seg.run(np.zeros((1, 8, 8, 3), np.int8))
+  with pytest.raises(ValueError, match="kernels must be"):
+    SegmentedModel(forge, "fast")
