@@ -2,18 +2,22 @@
 
 Each subcommand module defines its flags in its own `flags.FlagValues` (so
 `forge_tflm train --help` lists only the training flags) and a `run(flag_values)`
-that calls library functions and returns an exit status.
+that calls library functions and returns an exit status. `run` also gets the
+exact command line, which outputs record.
 """
 
 from __future__ import annotations
 
 import importlib
+import shlex
 import sys
 
 from absl import flags, logging
 
 # name -> (module, one-line summary). Only subcommands that exist are listed.
 SUBCOMMANDS = {
+    "convert": ("forge_tflm.cli.convert_cmd",
+                "float Keras model -> full-int8 .tflite with FORGE_RECALIB + manifest"),
     "train": ("forge_tflm.cli.train_cmd", "train a bundled Keras model on CIFAR/Tiny-ImageNet"),
 }
 
@@ -58,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     _parse(flag_values, sub_argv)
     logging.use_absl_handler()
     logging.set_verbosity(logging.INFO)
-    return int(module.run(flag_values) or 0)
+    command = "forge_tflm " + " ".join(shlex.quote(a) for a in argv[1:])
+    return int(module.run(flag_values, command) or 0)
   except UsageError as e:
     print(f"forge_tflm {name}: {e}", file=sys.stderr)
     return 2

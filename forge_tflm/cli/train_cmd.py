@@ -7,9 +7,6 @@ command again resumes there.
 
 from __future__ import annotations
 
-import shlex
-import sys
-
 from absl import flags
 
 from forge_tflm.models import MODELS
@@ -44,7 +41,7 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
   return fv
 
 
-def run(fv: flags.FlagValues) -> int:
+def run(fv: flags.FlagValues, command: str) -> int:
   import numpy as np
 
   from forge_tflm.data import load_dataset
@@ -64,7 +61,6 @@ def run(fv: flags.FlagValues) -> int:
     rng = np.random.default_rng(config.seed)
     train_set = train_set.take(np.sort(rng.permutation(len(train_set))[:fv.limit_train]))
     test_set = test_set.take(np.arange(min(len(test_set), fv.limit_train)))
-  command = "forge_tflm " + " ".join(shlex.quote(a) for a in sys.argv[1:])
   log = train(config, train_set, test_set, fv.output, command=command)
   print(f"wrote {fv.output}: test accuracy {log['final_test_accuracy']}")
   return 0

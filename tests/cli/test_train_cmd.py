@@ -46,8 +46,8 @@ def test_train_missing_data_is_one_line_error_and_no_output(tmp_path, capsys):
   code = cli.main(["forge_tflm", "train", f"--data_dir={tmp_path / 'absent'}",
                    f"--output={out}", "--epochs=1"])
   assert code == 1
-  err = capsys.readouterr().err.strip()
-  assert "does not exist" in err and "\n" not in err
+  errors = [l for l in capsys.readouterr().err.splitlines() if l.startswith("forge_tflm")]
+  assert len(errors) == 1 and "does not exist" in errors[0]
   assert not out.exists()
 
 

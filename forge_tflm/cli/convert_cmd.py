@@ -1,0 +1,101 @@
+"""Convert a float Keras model into a full-int8 .tflite with FORGE_RECALIB.
+
+Finds every Conv->BN(->ReLU/ReLU6) site, converts to full int8 with
+TFLiteConverter (BN folded, per-channel weights, int8 input/output) calibrated on
+training images, and inserts FORGE_RECALIB after the selected convs. Writes
+OUTPUT (.tflite), OUTPUT's stem + .json (the manifest) and, with --c_array, a C
+array for firmware. Outputs appear together or not at all.
+"""
+
+from __future__ import annotations
+
+import json
+from absl import flags
+
+
+def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
+  from forge_tflm.converter.options import ConvertOptions
+  d = ConvertOptions()
+  flags.DEFINE_string("model", None, "Float model (.keras).", flag_values=fv, required=True)
+  flags.DEFINE_string("output", None, "Output .tflite path.", flag_values=fv, required=True)
+  flags.DEFINE_enum("dataset", "cifar10", ["cifar10", "cifar100", "tiny_imagenet"],
+                    "Dataset of the calibration images.", flag_values=fv)
+  flags.DEFINE_string("data_dir", None, "Local dataset path; unset: tensorflow-datasets"
+                      " (offline).", flag_values=fv)
+  flags.DEFINE_string("calibration_split", "train", "Split the calibration images come"
+                      " from.", flag_values=fv)
+  flags.DEFINE_integer("calibration_size", d.calibration_size, "Calibration images.",
+                       flag_values=fv)
+  flags.DEFINE_string("sites", "all", "'all', 'none', comma-separated site names, or"
+                      " @FILE (JSON with a 'sites' list, e.g. from layer selection).",
+                      flag_values=fv)
+  flags.DEFINE_float("momentum", None, "Fixed EMA momentum (instead of --window).",
+                     flag_values=fv)
+  flags.DEFINE_integer("window", d.window, "EMA window W: momentum = min(1, batch/W)."
+                       " Ignored when --momentum is set.", flag_values=fv)
+  flags.DEFINE_enum("variance", d.variance, ["batch", "running"],
+                    "FORGE variance estimator.", flag_values=fv)
+  flags.DEFINE_float("eps", None, "FORGE epsilon; default: each BN's epsilon.",
+                     flag_values=fv)
+  flags.DEFINE_list("input_range", ["0", "1"], "Float range the model takes pixels to"
+                    " (low,high): x = low + pixel/255*(high-low).", flag_values=fv)
+  flags.DEFINE_list("input_mean", None, "Per-channel mean for x = (pixel/255-mean)/std"
+                    " (overrides --input_range).", flag_values=fv)
+  flags.DEFINE_list("input_std", None, "Per-channel std, with --input_mean.",
+                    flag_values=fv)
+  flags.DEFINE_string("preact_range", d.preact_range, "'minmax' or 'percentile:P' for"
+                      " the pre-activation ranges of sites with an activation.",
+                      flag_values=fv)
+  flags.DEFINE_bool("c_array", False, "Also write a C array (<stem>_model_data.h/.cc).",
+                    flag_values=fv)
+  flags.DEFINE_string("plain_output", None, "Also write the plain int8 model (no FORGE)"
+                      " here, for baselines.", flag_values=fv)
+  return fv
+
+
+def parse_sites(value: str):
+  if value in ("all", "none"):
+    return value
+  if value.startswith("@"):
+    with open(value[1:]) as f:
+      data = json.load(f)
+    names = data.get("sites") if isinstance(data, dict) else data
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+      raise ValueError(f"{value[1:]}: expected a JSON list of site names or {{'sites': [...]}}")
+    return tuple(names)
+  names = tuple(n.strip() for n in value.split(",") if n.strip())
+  if not names:
+    raise ValueError("--sites is empty")
+  return names
+
+
+def input_contract(fv: flags.FlagValues):
+  from forge_tflm.converter.options import InputContract
+  if fv.input_mean or fv.input_std:
+    return InputContract(kind="normalize",
+                         mean=tuple(float(v) for v in fv.input_mean or ()),
+                         std=tuple(float(v) for v in fv.input_std or ()))
+  if len(fv.input_range) != 2:
+    raise ValueError("--input_range needs two numbers: low,high")
+  low, high = (float(v) for v in fv.input_range)
+  return InputContract(kind="range", low=low, high=high)
+
+
+def run(fv: flags.FlagValues, command: str) -> int:
+  from forge_tflm.converter.options import ConvertOptions
+  from forge_tflm.converter.pipeline import convert
+  from forge_tflm.data import load_dataset
+
+  options = ConvertOptions(
+      sites=parse_sites(fv.sites), momentum=fv.momentum,
+      window=None if fv.momentum is not None else fv.window, variance=fv.variance,
+      eps=fv.eps, input_contract=input_contract(fv), calibration_size=fv.calibration_size,
+      preact_range=fv.preact_range, c_array=fv.c_array)
+  calibration = load_dataset(fv.dataset, fv.calibration_split, fv.data_dir)
+  result = convert(fv.model, fv.output, calibration, options, command=command,
+                   plain_output=fv.plain_output)
+  totals = result.manifest["totals"]
+  print(f"wrote {', '.join(result.written)}: {totals['sites']} FORGE sites,"
+        f" {totals['channels']} channels, {totals['state_bytes_sram']} B state (SRAM),"
+        f" {totals['target_bytes_flash']} B targets (flash), {result.seconds:.1f} s")
+  return 0

@@ -1,0 +1,78 @@
+"""`forge_tflm convert` end to end on a tiny model and generated calibration images."""
+
+import json
+import os
+
+import pytest
+
+from forge_tflm.cli import convert_cmd
+from forge_tflm.cli import main as cli
+from tests.converter import tiny_models
+from tests.data import fixtures
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+  d = tmp_path_factory.mktemp("cli_convert")
+  src = str(d / "tiny.keras")
+  tiny_models.tiny_resnet(size=32).save(src)
+  data_dir = fixtures.write_image_folder(str(d / "data"), fixtures.image_folder_entries(4))
+  return d, src, data_dir
+
+
+def test_convert_writes_all_outputs(setup, capsys):
+  d, src, data_dir = setup
+  out = str(d / "out" / "tiny_forge.tflite")
+  code = cli.main(["forge_tflm", "convert", f"--model={src}", f"--output={out}",
+                   f"--data_dir={data_dir}", "--c_array", "--sites=stem_bn,dw_bn",
+                   "--momentum=0.05", "--variance=batch"])
+  assert code == 0, capsys.readouterr().err
+  assert "2 FORGE sites" in capsys.readouterr().out
+  with open(str(d / "out" / "tiny_forge.json")) as f:
+    manifest = json.load(f)
+  assert [s["name"] for s in manifest["sites"]] == ["stem_bn", "dw_bn"]
+  assert manifest["sites"][0]["options"]["variance"] == "batch"
+  assert manifest["command"].startswith("forge_tflm convert --model=")
+  assert manifest["calibration"]["images"] == 12  # The whole (small) train split.
+  for suffix in ("_model_data.h", "_model_data.cc"):
+    assert os.path.exists(str(d / "out" / f"tiny_forge{suffix}"))
+
+
+def test_sites_from_file(setup, capsys, tmp_path):
+  d, src, data_dir = setup
+  selection = tmp_path / "sel.json"
+  selection.write_text(json.dumps({"sites": ["b1_bn"]}))
+  out = str(tmp_path / "sel.tflite")
+  assert cli.main(["forge_tflm", "convert", f"--model={src}", f"--output={out}",
+                   f"--data_dir={data_dir}", f"--sites=@{selection}"]) == 0
+  assert "1 FORGE sites" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--sites=missing_bn"], "unknown site(s) missing_bn"),
+    (["--input_range=0"], "--input_range needs two numbers"),
+    (["--preact_range=max"], "preact_range must be"),
+])
+def test_bad_input_one_line_error_no_output(setup, capsys, tmp_path, extra, message):
+  d, src, data_dir = setup
+  out = tmp_path / "bad.tflite"
+  code = cli.main(["forge_tflm", "convert", f"--model={src}", f"--output={out}",
+                   f"--data_dir={data_dir}"] + extra)
+  errors = [l for l in capsys.readouterr().err.splitlines() if l.startswith("forge_tflm")]
+  assert code == 1 and len(errors) == 1 and message in errors[0]
+  assert os.listdir(tmp_path) == []
+
+
+def test_missing_calibration_data(setup, capsys, tmp_path):
+  _, src, _ = setup
+  code = cli.main(["forge_tflm", "convert", f"--model={src}",
+                   f"--output={tmp_path / 'o.tflite'}", f"--data_dir={tmp_path / 'nodata'}"])
+  assert code == 1 and "does not exist" in capsys.readouterr().err
+  assert not (tmp_path / "o.tflite").exists()
+
+
+def test_parse_sites():
+  assert convert_cmd.parse_sites("all") == "all"
+  assert convert_cmd.parse_sites("a, b") == ("a", "b")
+  with pytest.raises(ValueError):
+    convert_cmd.parse_sites(" , ")
