@@ -192,3 +192,28 @@ def find_keras_sites(model) -> list[BNSite]:
   if not sites:
     raise ConversionError(f"no Conv->BatchNormalization sites in model {model.name!r}")
   return sites
+
+
+class KerasFrontend:
+  """The Keras model behind the converter's passes."""
+
+  name = "keras"
+
+  def __init__(self, path: str):
+    self.path = path
+    self.model = load_keras_model(path)
+
+  @property
+  def input_shape(self) -> tuple[int, ...]:
+    return tuple(self.model.input_shape[1:])
+
+  def find_sites(self) -> list[BNSite]:
+    return find_keras_sites(self.model)
+
+  def quantize_int8(self, calibration_inputs: np.ndarray) -> bytes:
+    from forge_tflm.converter.quantize import convert_keras_int8
+    return convert_keras_int8(self.model, calibration_inputs)
+
+  def bn_output_ranges(self, sites: list[BNSite], calibration_inputs: np.ndarray):
+    from forge_tflm.converter.calibration import bn_output_ranges
+    return bn_output_ranges(self.model, sites, calibration_inputs)

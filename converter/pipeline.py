@@ -20,7 +20,9 @@ import numpy as np
 
 from forge_tflm import tflite_graph as tg
 from forge_tflm.converter import calibration as calib
-from forge_tflm.converter import frontend_keras, insert, match, outputs, quantize
+from forge_tflm.converter import insert, match, outputs
+from forge_tflm.converter.frontend_keras import KerasFrontend
+from forge_tflm.converter.frontend_onnx import OnnxFrontend
 from forge_tflm.converter.options import ConvertOptions
 from forge_tflm.converter.sites import BNSite, ConversionError
 from forge_tflm.data.imageset import ImageSet
@@ -42,8 +44,7 @@ class _Context:
   options: ConvertOptions
   calibration_set: ImageSet
   command: str
-  frontend: str = ""
-  float_model: object = None
+  frontend: object = None  # KerasFrontend or OnnxFrontend.
   sites_found: list[BNSite] = dataclasses.field(default_factory=list)
   sites: list[BNSite] = dataclasses.field(default_factory=list)
   calib_inputs: np.ndarray | None = None
@@ -58,19 +59,18 @@ class _Context:
 def _load(ctx: _Context) -> None:
   ext = os.path.splitext(ctx.source_path)[1].lower()
   if ext == ".keras":
-    ctx.frontend = "keras"
-    ctx.float_model = frontend_keras.load_keras_model(ctx.source_path)
+    ctx.frontend = KerasFrontend(ctx.source_path)
   elif ext == ".onnx":
-    raise ConversionError("ONNX input is not supported yet")
+    ctx.frontend = OnnxFrontend(ctx.source_path)
   elif ext == ".tflite":
     raise ConversionError(f"{ctx.source_path!r} is already a TFLite model; convert from the"
                           " float .keras or .onnx model")
   else:
-    raise ConversionError(f"unsupported model file {ctx.source_path!r} (expected .keras)")
+    raise ConversionError(f"unsupported model file {ctx.source_path!r} (expected .keras or .onnx)")
 
 
 def _find_sites(ctx: _Context) -> None:
-  ctx.sites_found = frontend_keras.find_keras_sites(ctx.float_model)
+  ctx.sites_found = ctx.frontend.find_sites()
   logging.info("found %d Conv->BN sites, %d channels", len(ctx.sites_found),
                sum(s.channels for s in ctx.sites_found))
 
@@ -99,7 +99,7 @@ def _calibration_inputs(ctx: _Context) -> None:
   rng = np.random.default_rng(ctx.options.calibration_seed)
   idx = np.sort(rng.permutation(len(data))[:n])
   ctx.calib_inputs = ctx.options.input_contract.to_float(data.images[idx])
-  expected = tuple(ctx.float_model.input_shape[1:])
+  expected = tuple(ctx.frontend.input_shape)
   if tuple(ctx.calib_inputs.shape[1:]) != expected:
     raise ConversionError(f"calibration images are {ctx.calib_inputs.shape[1:]}, the model"
                           f" expects {expected}")
@@ -107,7 +107,7 @@ def _calibration_inputs(ctx: _Context) -> None:
 
 def _quantize(ctx: _Context) -> None:
   t0 = time.time()
-  ctx.plain_tflite = quantize.convert_keras_int8(ctx.float_model, ctx.calib_inputs)
+  ctx.plain_tflite = ctx.frontend.quantize_int8(ctx.calib_inputs)
   logging.info("full-int8 conversion: %d bytes in %.1f s", len(ctx.plain_tflite),
                time.time() - t0)
   ctx.model_t = tg.load_model(ctx.plain_tflite)
@@ -124,7 +124,7 @@ def _preact_ranges(ctx: _Context) -> None:
           != "none"]
   if not need:
     return
-  stats = calib.bn_output_ranges(ctx.float_model, need, ctx.calib_inputs)
+  stats = ctx.frontend.bn_output_ranges(need, ctx.calib_inputs)
   for s in need:
     ctx.preact[s.name] = calib.preact_params(stats[s.name], ctx.options.preact_range)
 
@@ -201,7 +201,7 @@ def convert(source_path: str, output: str, calibration_set: ImageSet,
   input_quant, output_quant = _io_quant(ctx.tflite)
   manifest = outputs.build_manifest(
       tflite=ctx.tflite, source_path=source_path, source_sha256=_file_sha256(source_path),
-      frontend=ctx.frontend, options=options, all_sites=ctx.sites_found,
+      frontend=ctx.frontend.name, options=options, all_sites=ctx.sites_found,
       inserted=ctx.inserted, input_quant=input_quant, output_quant=output_quant,
       command=command,
       calibration={"images": int(len(ctx.calib_inputs)), "source": calibration_set.source,

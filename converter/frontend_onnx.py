@@ -1,0 +1,293 @@
+"""ONNX front end: Conv->BatchNormalization(->Relu/Clip 0..6) sites, and onnx2tf, offline.
+
+The ONNX graph must still contain BatchNormalization nodes. From PyTorch, export
+the eval-mode model without constant folding, which is what fuses BN into Conv:
+
+    torch.onnx.export(model.eval(), example, "model.onnx", dynamo=False,
+                      do_constant_folding=False,
+                      training=torch.onnx.TrainingMode.PRESERVE)
+
+onnx2tf turns the graph into a TensorFlow SavedModel (NHWC), which is then
+quantized like the Keras path. onnx2tf fetches sample images from the internet
+when a model has image inputs unless a file of that name exists in its working
+directory, so it runs in a private directory holding that file, made from the
+user's calibration images, and with its HTTP client disabled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+
+import numpy as np
+
+from forge_tflm.converter.sites import BNSite, ConversionError, fold_scale
+
+# The file onnx2tf looks for before downloading (onnx2tf.utils.common_functions).
+_ONNX2TF_SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
+_PASS_THROUGH = {"Dropout", "Identity", "Relu", "Clip", "LeakyRelu", "Sigmoid", "Mul",
+                 "Add", "Pad"}
+
+
+def load_onnx_model(path: str):
+  import onnx
+
+  if not os.path.exists(path):
+    raise ConversionError(f"model {path!r} does not exist")
+  try:
+    model = onnx.load(path)
+    onnx.checker.check_model(model)
+  except Exception as e:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    raise ConversionError(f"cannot read ONNX model {path!r}: {first}") from e
+  for init in model.graph.initializer:
+    if init.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.INT64,
+                              onnx.TensorProto.INT32):
+      raise ConversionError(f"model {path!r} is not a float model (initializer"
+                            f" {init.name} has ONNX type {init.data_type})")
+  return model
+
+
+class _Graph:
+  def __init__(self, model):
+    from onnx import numpy_helper
+
+    self.model = model
+    self.consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    for node in model.graph.node:
+      if node.op_type == "Constant":
+        for a in node.attribute:
+          if a.name == "value":
+            self.consts[node.output[0]] = numpy_helper.to_array(a.t)
+    self.producer = {o: n for n in model.graph.node for o in n.output}
+    self.consumers: dict[str, list] = {}
+    for n in model.graph.node:
+      for i in n.input:
+        self.consumers.setdefault(i, []).append(n)
+
+  def const(self, name: str, what: str) -> np.ndarray:
+    if name not in self.consts:
+      raise ConversionError(f"{what} ({name}) is not a constant")
+    return self.consts[name]
+
+
+def _attr(node, name, default=None):
+  from onnx import helper
+
+  for a in node.attribute:
+    if a.name == name:
+      return helper.get_attribute_value(a)
+  return default
+
+
+def _node_name(node) -> str:
+  return node.name or node.output[0]
+
+
+def _activation_after(g: _Graph, bn) -> str:
+  outs = g.consumers.get(bn.output[0], [])
+  if len(outs) != 1:
+    return "none"
+  n = outs[0]
+  if n.op_type == "Relu":
+    return "relu"
+  if n.op_type == "Clip":
+    lo = _attr(n, "min")
+    hi = _attr(n, "max")
+    if len(n.input) > 1 and n.input[1]:
+      lo = float(g.consts.get(n.input[1], np.nan))
+    if len(n.input) > 2 and n.input[2]:
+      hi = float(g.consts.get(n.input[2], np.nan))
+    if lo == 0.0 and hi == 6.0:
+      return "relu6"
+  return "none"
+
+
+def _conv_kind(g: _Graph, conv) -> str:
+  w = g.const(conv.input[1], f"weights of {_node_name(conv)}")
+  group = int(_attr(conv, "group", 1))
+  if w.ndim != 4:
+    raise ConversionError(f"conv {_node_name(conv)}: only 2-D convolutions are supported")
+  if group == 1:
+    return "conv"
+  if w.shape[1] == 1:  # One input channel per group: depthwise (multiplier O/group).
+    return "depthwise"
+  raise ConversionError(f"conv {_node_name(conv)} is a grouped convolution (group={group}),"
+                        " which TFLite has no folded form for")
+
+
+def _reject_hidden_conv(g: _Graph, bn) -> None:
+  chain, node = [], g.producer.get(bn.input[0])
+  for _ in range(3):
+    if node is None:
+      return
+    if node.op_type == "Conv":
+      between = ", ".join(f"{_node_name(n)} ({n.op_type})" for n in chain)
+      raise ConversionError(f"unsupported layer between conv {_node_name(node)} and BN"
+                            f" {_node_name(bn)}: {between}")
+    if node.op_type not in _PASS_THROUGH:
+      return
+    chain.insert(0, node)
+    node = g.producer.get(node.input[0])
+
+
+def find_onnx_sites(model) -> list[BNSite]:
+  g = _Graph(model)
+  sites = []
+  for bn in model.graph.node:
+    if bn.op_type != "BatchNormalization":
+      continue
+    conv = g.producer.get(bn.input[0])
+    if conv is None or conv.op_type != "Conv":
+      _reject_hidden_conv(g, bn)
+      continue
+    if [n.name for n in g.consumers.get(conv.output[0], [])] != [bn.name]:
+      raise ConversionError(f"conv {_node_name(conv)} feeds more than BN {_node_name(bn)};"
+                            " BN cannot be folded")
+    if int(_attr(bn, "training_mode", 0)):
+      raise ConversionError(f"BN {_node_name(bn)} was exported in training mode; export the"
+                            " model in eval mode")
+    kind = _conv_kind(g, conv)
+    gamma = g.const(bn.input[1], f"scale of {_node_name(bn)}").astype(np.float32)
+    beta = g.const(bn.input[2], f"bias of {_node_name(bn)}").astype(np.float32)
+    var = g.const(bn.input[4], f"variance of {_node_name(bn)}")
+    eps = float(_attr(bn, "epsilon", 1e-5))
+    w = g.const(conv.input[1], "conv weights").astype(np.float64)  # [O, I/g, kH, kW]
+    scale = fold_scale(gamma, var, eps)
+    folded = w * scale[:, None, None, None]
+    if kind == "conv":
+      folded = folded.transpose(0, 2, 3, 1)            # -> [O, kH, kW, I]
+    else:
+      folded = folded.transpose(1, 2, 3, 0)            # -> [1, kH, kW, O]
+    sites.append(BNSite(name=_node_name(bn), conv=_node_name(conv), kind=kind,
+                        activation=_activation_after(g, bn), beta=beta,
+                        gamma_abs=np.abs(gamma), eps=eps,
+                        folded_kernel=folded.astype(np.float32)))
+  if not sites:
+    raise ConversionError(f"no Conv->BatchNormalization sites in the ONNX model (were BN"
+                          " nodes folded at export? export with do_constant_folding=False)")
+  return sites
+
+
+def input_shape_nhwc(model) -> tuple[int, int, int]:
+  inits = {i.name for i in model.graph.initializer}
+  inputs = [i for i in model.graph.input if i.name not in inits]
+  if len(inputs) != 1:
+    raise ConversionError(f"expected one image input, the model has {len(inputs)}")
+  dims = [d.dim_value for d in inputs[0].type.tensor_type.shape.dim]
+  if len(dims) != 4 or not all(dims[1:]):
+    raise ConversionError(f"expected an NCHW image input with static C, H, W; got {dims}")
+  _, c, h, w = dims
+  return (h, w, c)
+
+
+def bn_output_ranges_onnx(model, sites: list[BNSite], nhwc_inputs: np.ndarray):
+  """Min/max of each site's BN output, from onnxruntime with BN outputs exposed."""
+  import onnx
+  import onnxruntime as ort
+
+  from forge_tflm.converter.calibration import RangeStats
+
+  m = onnx.ModelProto()
+  m.CopyFrom(model)
+  bn_out = {n.output[0]: _node_name(n) for n in m.graph.node
+            if n.op_type == "BatchNormalization"}
+  wanted = [o for o, name in bn_out.items() if name in {s.name for s in sites}]
+  for o in wanted:
+    m.graph.output.append(onnx.helper.make_empty_tensor_value_info(o))
+  sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+  input_name = sess.get_inputs()[0].name
+  values: dict[str, list[np.ndarray]] = {o: [] for o in wanted}
+  nchw = np.ascontiguousarray(nhwc_inputs.transpose(0, 3, 1, 2))
+  batch = 1 if isinstance(sess.get_inputs()[0].shape[0], int) else 100
+  for i in range(0, len(nchw), batch):
+    outs = sess.run(wanted, {input_name: nchw[i:i + batch]})
+    for o, v in zip(wanted, outs):
+      values[o].append(v.reshape(-1))
+  rng = np.random.default_rng(0)
+  stats = {}
+  for o in wanted:
+    flat = np.concatenate(values[o])
+    sample = flat if flat.size <= 200_000 else rng.choice(flat, 200_000, replace=False)
+    stats[bn_out[o]] = RangeStats(float(flat.min()), float(flat.max()), int(flat.size),
+                                  sample)
+  return stats
+
+
+@contextlib.contextmanager
+def _offline_onnx2tf(workdir: str, calibration_nhwc: np.ndarray):
+  """Runs onnx2tf with its sample-image file present and its HTTP client disabled."""
+  import onnx2tf.utils.common_functions as cf
+
+  sample = np.zeros((20, 128, 128, 3), np.float32)
+  # Real calibration images (nearest-neighbour resized) rather than zeros keep any
+  # onnx2tf-internal checks meaningful.
+  h, w = calibration_nhwc.shape[1:3]
+  ys = (np.arange(128) * h // 128)[:, None]
+  xs = (np.arange(128) * w // 128)[None, :]
+  n = min(20, len(calibration_nhwc))
+  if calibration_nhwc.shape[-1] == 3 and n:
+    sample[:n] = calibration_nhwc[:n][:, ys, xs, :]
+  np.save(os.path.join(workdir, _ONNX2TF_SAMPLE_FILE), sample)
+
+  def no_network(*args, **kwargs):
+    raise ConversionError("onnx2tf tried to download data; forge_tflm runs it offline")
+
+  saved_get, saved_cwd = cf.requests.get, os.getcwd()
+  cf.requests.get = no_network
+  os.chdir(workdir)
+  try:
+    yield
+  finally:
+    os.chdir(saved_cwd)
+    cf.requests.get = saved_get
+
+
+def onnx_to_saved_model(path: str, workdir: str, calibration_nhwc: np.ndarray) -> str:
+  import onnx2tf
+
+  out = os.path.join(workdir, "saved_model")
+  with _offline_onnx2tf(workdir, calibration_nhwc):
+    try:
+      onnx2tf.convert(input_onnx_file_path=os.path.abspath(path), output_folder_path=out,
+                      non_verbose=True, not_use_onnxsim=True, verbosity="error")
+    except SystemExit as e:  # onnx2tf reports some failures with sys.exit.
+      raise ConversionError(f"onnx2tf failed (exit {e.code})") from e
+    except ConversionError:
+      raise
+    except Exception as e:
+      first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+      raise ConversionError(f"onnx2tf failed: {first}") from e
+  return out
+
+
+def convert_onnx_int8(path: str, calibration_nhwc: np.ndarray) -> bytes:
+  from forge_tflm.converter.quantize import convert_saved_model_int8
+
+  with tempfile.TemporaryDirectory(prefix="forge_onnx2tf_") as workdir:
+    saved_model = onnx_to_saved_model(path, workdir, calibration_nhwc)
+    return convert_saved_model_int8(saved_model, calibration_nhwc)
+
+
+class OnnxFrontend:
+  """The ONNX model behind the converter's passes."""
+
+  name = "onnx"
+
+  def __init__(self, path: str):
+    self.path = path
+    self.model = load_onnx_model(path)
+
+  @property
+  def input_shape(self) -> tuple[int, ...]:
+    return input_shape_nhwc(self.model)
+
+  def find_sites(self) -> list[BNSite]:
+    return find_onnx_sites(self.model)
+
+  def quantize_int8(self, calibration_inputs: np.ndarray) -> bytes:
+    return convert_onnx_int8(self.path, calibration_inputs)
+
+  def bn_output_ranges(self, sites: list[BNSite], calibration_inputs: np.ndarray):
+    return bn_output_ranges_onnx(self.model, sites, calibration_inputs)
