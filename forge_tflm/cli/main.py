@@ -18,6 +18,8 @@ from absl import flags, logging
 SUBCOMMANDS = {
     "convert": ("forge_tflm.cli.convert_cmd",
                 "float Keras model -> full-int8 .tflite with FORGE_RECALIB + manifest"),
+    "eval": ("forge_tflm.cli.eval_cmd",
+             "stream corrupted images through the artifact and baselines; JSON/CSV/MD/PNG"),
     "train": ("forge_tflm.cli.train_cmd", "train a bundled Keras model on CIFAR/Tiny-ImageNet"),
 }
 

@@ -104,6 +104,9 @@ class SegmentedModel:
       raise ValueError(f"kernels must be one of {sorted(KERNEL_MODES)}, not {kernels!r}")
     self.kernels = kernels
     self.num_threads = num_threads
+    # What runs at FORGE nodes: fn(node, x, mode) -> y; None = the C core. Baselines
+    # (scale-adapt) swap in their own host step here.
+    self.forge_kernel: Callable | None = None
     self._host_kernels = dict(host_kernels or {})
     model = tg.load_model(model_bytes)
     if len(model.subgraphs) != 1:
@@ -211,6 +214,8 @@ class SegmentedModel:
 
     mode: "adapt" updates FORGE state; "frozen" normalizes with the current state.
     """
+    if mode not in (ADAPT, FROZEN):
+      raise ValueError(f"mode must be {ADAPT!r} or {FROZEN!r}, not {mode!r}")
     if x.dtype != np.int8:
       raise ValueError(f"input must be int8 (quantize with input_quant), got {x.dtype}")
     if tuple(x.shape[1:]) != self.input_shape:
@@ -225,8 +230,11 @@ class SegmentedModel:
         for detail, t in zip(it.get_output_details(), step.outputs):
           values[t] = it.get_tensor(detail["index"])
       elif isinstance(step, ForgeNode):
-        values[step.output] = forge_recalib_c(values[step.input], step.state, step.options,
-                                              step.quant, mode=mode)
+        if self.forge_kernel is not None:
+          values[step.output] = self.forge_kernel(step, values[step.input], mode)
+        else:
+          values[step.output] = forge_recalib_c(values[step.input], step.state,
+                                                step.options, step.quant, mode=mode)
       else:
         name, op, t_in, t_out = step
         values[t_out] = self._host_kernels[name](values[t_in], op)

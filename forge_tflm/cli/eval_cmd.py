@@ -1,0 +1,106 @@
+"""Stream corrupted images through the deployable artifact and baselines.
+
+Each corruption is one stream, shuffled (K orderings give mean +- std); int8
+methods (source, forge, forge-gated, scale-adapt) run the converted .tflite in
+the LiteRT interpreter with FORGE nodes in the C core, float methods
+(source-fp32, bn-adapt, tent) run the Keras model. Writes results.json (with the
+command and artifact hash), results.csv, results.md and results.png to
+--output_dir.
+"""
+
+from __future__ import annotations
+
+from absl import flags
+
+from forge_tflm.evaluate.protocol import ALL_METHODS
+
+
+def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
+  flags.DEFINE_string("artifact", None, "Converted .tflite with FORGE_RECALIB (its"
+                      " manifest .json next to it gives the input contract).",
+                      flag_values=fv)
+  flags.DEFINE_string("keras_model", None, "Float .keras model, for the fp32 methods.",
+                      flag_values=fv)
+  flags.DEFINE_list("methods", ["source", "forge"], "Methods: " + ", ".join(ALL_METHODS),
+                    flag_values=fv)
+  flags.DEFINE_enum("dataset", "cifar10", ["cifar10", "cifar100", "tiny_imagenet"],
+                    "Dataset of the clean images.", flag_values=fv)
+  flags.DEFINE_string("data_dir", None, "Local dataset path; unset: tensorflow-datasets.",
+                      flag_values=fv)
+  flags.DEFINE_string("split", None, "Clean split (default: test; val for"
+                      " tiny_imagenet).", flag_values=fv)
+  flags.DEFINE_enum("corrupted_from", "generated", ["generated", "cifar_c", "tfds"],
+                    "generated: this package's generators (cached); cifar_c: an official"
+                    " CIFAR-10-C/100-C .npy directory (--cifar_c_dir); tfds:"
+                    " cifar10_corrupted.", flag_values=fv)
+  flags.DEFINE_string("cifar_c_dir", None, "CIFAR-C directory for"
+                      " --corrupted_from=cifar_c.", flag_values=fv)
+  flags.DEFINE_list("corruptions", ["all"], "Corruption names or 'all' (the 15).",
+                    flag_values=fv)
+  flags.DEFINE_integer("severity", 5, "Severity 1-5.", flag_values=fv)
+  flags.DEFINE_bool("include_clean", False, "Also evaluate the clean stream.",
+                    flag_values=fv)
+  flags.DEFINE_integer("limit", 0, "Use a random subset of N images per stream (0: all).",
+                       flag_values=fv)
+  flags.DEFINE_integer("batch_size", 64, "Batch size (1 allowed).", flag_values=fv)
+  flags.DEFINE_integer("orderings", 1, "Shuffled orderings per stream (K).",
+                       flag_values=fv)
+  flags.DEFINE_integer("seed", 0, "Seed of orderings, corruptions and subsets.",
+                       flag_values=fv)
+  flags.DEFINE_enum("kernels", "optimized", ["optimized", "reference"],
+                    "reference = device numerics (BUILTIN_REF); optimized = fast.",
+                    flag_values=fv)
+  flags.DEFINE_float("momentum", None, "Override FORGE momentum (fixed).", flag_values=fv)
+  flags.DEFINE_integer("window", None, "Override FORGE window (m = min(1, batch/W)).",
+                       flag_values=fv)
+  flags.DEFINE_enum("variance", None, ["batch", "running"],
+                    "Override FORGE variance estimator.", flag_values=fv)
+  flags.DEFINE_integer("gate_warmup", 5, "Gate: batches probed with both paths.",
+                       flag_values=fv)
+  flags.DEFINE_float("gate_delta", 0.0, "Gate: minimum mean confidence gain to keep"
+                     " adapting.", flag_values=fv)
+  flags.DEFINE_string("output_dir", None, "Where results.* go.", flag_values=fv,
+                      required=True)
+  return fv
+
+
+def run(fv: flags.FlagValues, command: str) -> int:
+  from forge_tflm.data import load_dataset
+  from forge_tflm.evaluate import streams as st
+  from forge_tflm.evaluate.gate import GateConfig
+  from forge_tflm.evaluate.protocol import EvalConfig
+  from forge_tflm.evaluate.run import run_evaluation
+
+  corruptions = fv.corruptions
+  if corruptions == ["all"]:
+    from forge_tflm.corruptions import CORRUPTIONS
+    corruptions = list(CORRUPTIONS)
+  config = EvalConfig(
+      methods=tuple(fv.methods), batch_size=fv.batch_size, orderings=fv.orderings,
+      ordering_seed=fv.seed, kernels=fv.kernels,
+      gate=GateConfig(warmup_batches=fv.gate_warmup, delta=fv.gate_delta),
+      momentum=fv.momentum, window=fv.window, variance=fv.variance)
+  if not fv.artifact and not fv.keras_model:
+    raise ValueError("give --artifact and/or --keras_model")
+  limit = fv.limit or None
+  if fv.corrupted_from == "generated":
+    split = fv.split or ("val" if fv.dataset == "tiny_imagenet" else "test")
+    clean = st.subset(load_dataset(fv.dataset, split, fv.data_dir), limit, fv.seed)
+    streams = list(st.generated_streams(clean, corruptions, fv.severity, fv.seed,
+                                        fv.include_clean))
+    description = f"{clean.source}, generated corruptions, severity {fv.severity}"
+  elif fv.corrupted_from == "cifar_c":
+    if not fv.cifar_c_dir:
+      raise ValueError("--corrupted_from=cifar_c needs --cifar_c_dir")
+    streams = list(st.cifar_c_streams(fv.cifar_c_dir, corruptions, fv.severity, limit,
+                                      fv.seed))
+    description = f"{fv.cifar_c_dir}, severity {fv.severity}"
+  else:
+    streams = list(st.tfds_streams(corruptions, fv.severity, limit, fv.seed))
+    description = f"tfds cifar10_corrupted, severity {fv.severity}"
+  doc = run_evaluation(config, streams, artifact_path=fv.artifact,
+                       keras_path=fv.keras_model, output_dir=fv.output_dir,
+                       command=command, data_description=description)
+  from forge_tflm.evaluate.report import to_markdown
+  print(to_markdown(doc["results"], doc["gate"]))
+  return 0

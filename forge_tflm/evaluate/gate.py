@@ -1,0 +1,66 @@
+"""The confidence gate: decide per stream whether adapting helps.
+
+For the first `warmup_batches` batches of a stream both paths run on every
+batch: the frozen one (state untouched) and the adapting one (state updated).
+Predictions come from the frozen path meanwhile, so the probe itself can never
+hurt. Then the gate keeps adapting for the rest of the stream only if the mean
+top-1 confidence gain (adapting minus frozen) exceeds `delta`; otherwise it
+resets FORGE to the clean targets and stays frozen (reverts to source).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from forge_tflm.evaluate.int8_methods import Int8Method
+from forge_tflm.runtime.segmented import ADAPT, FROZEN
+
+
+@dataclasses.dataclass(frozen=True)
+class GateConfig:
+  warmup_batches: int = 5
+  delta: float = 0.0
+
+  def __post_init__(self):
+    if self.warmup_batches < 1:
+      raise ValueError("gate warmup_batches must be >= 1")
+
+
+def top1_confidence(logits: np.ndarray) -> np.ndarray:
+  z = logits - logits.max(axis=1, keepdims=True)
+  p = np.exp(z)
+  return (p / p.sum(axis=1, keepdims=True)).max(axis=1)
+
+
+class GatedForge(Int8Method):
+  name = "forge-gated"
+  adaptive = True
+
+  def __init__(self, model, config: GateConfig = GateConfig()):
+    super().__init__(model)
+    self.config = config
+    self.reset()
+
+  def reset(self):
+    super().reset()
+    self.gains: list[float] = []
+    self.fired: bool | None = None  # None while probing.
+
+  def predict(self, x_int8):
+    if self.fired is None:
+      frozen = self.logits(x_int8, FROZEN)
+      adapted = self.logits(x_int8, ADAPT)
+      self.gains.append(float(top1_confidence(adapted).mean() -
+                              top1_confidence(frozen).mean()))
+      if len(self.gains) == self.config.warmup_batches:
+        self.fired = float(np.mean(self.gains)) > self.config.delta
+        if not self.fired:
+          self.model.reset()
+      return frozen
+    return self.logits(x_int8, ADAPT if self.fired else FROZEN)
+
+  @property
+  def mean_gain(self) -> float:
+    return float(np.mean(self.gains)) if self.gains else float("nan")

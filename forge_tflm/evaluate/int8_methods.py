@@ -1,0 +1,125 @@
+"""Methods on the deployable int8 artifact: source, forge, scale-adapt.
+
+All three run the same segmented `.tflite`; they differ only in what the host
+does at the FORGE_RECALIB nodes:
+  source       FORGE frozen at its clean targets (the artifact, not adapting);
+  forge        FORGE adapting (C core), state reset at the start of each stream;
+  scale-adapt  the paper's naive baseline: no renormalization, but the int8 range
+               of each site's pre-activation tensor is re-estimated from the stream
+               (EMA of batch min/max with the op's momentum rule) and the values are
+               re-quantized on that grid before the activation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from forge_tflm.ops import RecalibOptions
+from forge_tflm.runtime.segmented import ADAPT, FROZEN, ForgeNode, SegmentedModel
+
+
+def momentum_for(options: RecalibOptions, batch: int) -> float:
+  if options.window is not None:
+    return float(min(1.0, batch / options.window))
+  return float(options.momentum)
+
+
+def override_options(model: SegmentedModel, momentum: float | None = None,
+                     window: int | None = None, variance: str | None = None) -> None:
+  """Replaces the artifact's FORGE options on the host (evaluation sweeps)."""
+  for node in model.nodes:
+    o = node.options
+    if momentum is not None or window is not None:
+      o = dataclasses.replace(o, momentum=momentum, window=window)
+    if variance is not None:
+      o = dataclasses.replace(o, variance=variance)
+    node.options = o
+
+
+class Int8Method:
+  """Runs batches through a SegmentedModel; returns float logits."""
+
+  name = ""
+  adaptive = False
+
+  def __init__(self, model: SegmentedModel):
+    self.model = model
+
+  def reset(self) -> None:
+    self.model.reset()
+
+  def logits(self, x_int8: np.ndarray, mode: str) -> np.ndarray:
+    return self.model.dequantize_output(self.model.run(x_int8, mode=mode))
+
+  def predict(self, x_int8: np.ndarray) -> np.ndarray:
+    raise NotImplementedError
+
+
+class Source(Int8Method):
+  name = "source"
+
+  def predict(self, x_int8):
+    return self.logits(x_int8, FROZEN)
+
+
+class Forge(Int8Method):
+  name = "forge"
+  adaptive = True
+
+  def predict(self, x_int8):
+    return self.logits(x_int8, ADAPT)
+
+  def frozen(self, x_int8):
+    return self.logits(x_int8, FROZEN)
+
+
+_ACT_RANGES = {"none": (-np.inf, np.inf), "relu": (0.0, np.inf), "relu6": (0.0, 6.0)}
+
+
+class _ScaleAdaptKernel:
+  """Host step for scale-adapt at one site (float64 math: it is a simulation)."""
+
+  def __init__(self, node: ForgeNode):
+    self.node = node
+    q = node.quant
+    self.initial = (q.s_x * (-128 - q.z_x), q.s_x * (127 - q.z_x))
+    self.reset()
+
+  def reset(self):
+    self.low, self.high = self.initial
+
+  def __call__(self, x: np.ndarray, mode: str) -> np.ndarray:
+    q = self.node.quant
+    real = q.s_x * (x.astype(np.float64) - q.z_x)
+    if mode == ADAPT:
+      m = momentum_for(self.node.options, x.shape[0])
+      self.low = (1 - m) * self.low + m * min(float(real.min()), 0.0)
+      self.high = (1 - m) * self.high + m * max(float(real.max()), 0.0)
+    scale = max(self.high - self.low, 1e-12) / 255.0
+    zp = np.clip(np.round(-128 - self.low / scale), -128, 127)
+    fq = (np.clip(np.round(real / scale) + zp, -128, 127) - zp) * scale
+    lo, hi = _ACT_RANGES[self.node.options.activation]
+    fq = np.clip(fq, lo, hi)
+    return np.clip(np.round(fq / q.s_y) + q.z_y, -128, 127).astype(np.int8)
+
+
+class ScaleAdapt(Int8Method):
+  name = "scale-adapt"
+  adaptive = True
+
+  def __init__(self, model: SegmentedModel):
+    super().__init__(model)
+    self.kernels = {id(n): _ScaleAdaptKernel(n) for n in model.nodes}
+    model.forge_kernel = lambda node, x, mode: self.kernels[id(node)](x, mode)
+
+  def reset(self):
+    for k in self.kernels.values():
+      k.reset()
+
+  def predict(self, x_int8):
+    return self.logits(x_int8, ADAPT)
+
+
+INT8_METHODS = {m.name: m for m in (Source, Forge, ScaleAdapt)}

@@ -1,0 +1,134 @@
+"""The evaluation protocol: streams, orderings, batches, methods.
+
+Each corruption is its own stream. Every stream is shuffled (the shared copies
+are sorted by class, and an unshuffled stream is label-shifted, which breaks any
+BN-style method); K orderings (seeds) give mean +- std. Every method sees the
+same orderings and resets its state at the start of each stream.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Callable, Iterable
+
+import numpy as np
+
+from forge_tflm.evaluate.fp32_methods import FP32_METHODS
+from forge_tflm.evaluate.gate import GateConfig, GatedForge
+from forge_tflm.evaluate.int8_methods import INT8_METHODS
+
+INT8_NAMES = ("source", "forge", "forge-gated", "scale-adapt")
+FP32_NAMES = ("source-fp32", "bn-adapt", "tent")
+ALL_METHODS = INT8_NAMES + FP32_NAMES
+# The baseline each method's recovery is measured against.
+SOURCE_OF = {"source": "source", "forge": "source", "forge-gated": "source",
+             "scale-adapt": "source", "source-fp32": "source-fp32",
+             "bn-adapt": "source-fp32", "tent": "source-fp32"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Stream:
+  name: str
+  images: np.ndarray  # uint8 [N,H,W,3]
+  labels: np.ndarray  # int64 [N]
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+  methods: tuple[str, ...] = ("source", "forge")
+  batch_size: int = 64
+  orderings: int = 1
+  ordering_seed: int = 0
+  kernels: str = "optimized"
+  gate: GateConfig = GateConfig()
+  momentum: float | None = None   # Host-side overrides of the artifact's options.
+  window: int | None = None
+  variance: str | None = None
+
+  def __post_init__(self):
+    unknown = [m for m in self.methods if m not in ALL_METHODS]
+    if unknown:
+      raise ValueError(f"unknown method(s) {unknown}; known: {', '.join(ALL_METHODS)}")
+    if self.batch_size < 1 or self.orderings < 1:
+      raise ValueError("batch_size and orderings must be >= 1")
+    if self.momentum is not None and self.window is not None:
+      raise ValueError("set at most one of momentum and window")
+
+
+def ordering(n: int, k: int, seed: int) -> np.ndarray:
+  """The k-th shuffled order of a stream of n images (same for every method)."""
+  return np.random.default_rng([seed, k]).permutation(n)
+
+
+def run_stream(predict: Callable[[np.ndarray], np.ndarray], inputs: np.ndarray,
+               labels: np.ndarray, order: np.ndarray, batch_size: int,
+               on_batch: Callable[[int], None] | None = None) -> float:
+  correct = 0
+  for start in range(0, len(order), batch_size):
+    idx = order[start:start + batch_size]
+    logits = predict(inputs[idx])
+    correct += int(np.sum(np.argmax(logits, axis=1) == labels[idx]))
+    if on_batch:
+      on_batch(len(idx))
+  return correct / len(order)
+
+
+def build_methods(config: EvalConfig, artifact: bytes | None, float_model, contract):
+  """name -> method object; int8 methods each get their own SegmentedModel."""
+  from forge_tflm.evaluate.int8_methods import override_options
+  from forge_tflm.runtime.segmented import SegmentedModel
+
+  methods = {}
+  for name in config.methods:
+    if name in INT8_NAMES:
+      if artifact is None:
+        raise ValueError(f"method {name} needs the int8 artifact (.tflite)")
+      model = SegmentedModel(artifact, config.kernels)
+      override_options(model, config.momentum, config.window, config.variance)
+      methods[name] = (GatedForge(model, config.gate) if name == "forge-gated"
+                       else INT8_METHODS[name](model))
+    else:
+      if float_model is None:
+        raise ValueError(f"method {name} needs the float Keras model")
+      methods[name] = FP32_METHODS[name](float_model, contract)
+  return methods
+
+
+def evaluate(config: EvalConfig, streams: Iterable[Stream], *, artifact: bytes | None,
+             float_model, contract, progress=None) -> dict:
+  """Runs every method over every stream and ordering; returns raw results.
+
+  Returns {"accuracy": {method: {stream: [acc per ordering]}},
+           "gate": {stream: [fired per ordering]}, "gate_gain": {...},
+           "seconds": {method: total}}.
+  """
+  methods = build_methods(config, artifact, float_model, contract)
+  accuracy = {m: {} for m in methods}
+  gate, gate_gain = {}, {}
+  seconds = {m: 0.0 for m in methods}
+  for stream in streams:
+    inputs_int8 = None
+    for name, method in methods.items():
+      if name in INT8_NAMES:
+        if inputs_int8 is None:
+          inputs_int8 = method.model.quantize_input(contract.to_float(stream.images))
+        inputs = inputs_int8
+      else:
+        inputs = stream.images
+      accs = []
+      for k in range(config.orderings):
+        order = ordering(len(stream.labels), k, config.ordering_seed)
+        method.reset()
+        t0 = time.perf_counter()
+        accs.append(run_stream(method.predict, inputs, stream.labels, order,
+                               config.batch_size,
+                               progress.update if progress is not None else None))
+        seconds[name] += time.perf_counter() - t0
+        if name == "forge-gated":
+          gate.setdefault(stream.name, []).append(bool(method.fired))
+          gate_gain.setdefault(stream.name, []).append(method.mean_gain)
+      accuracy[name][stream.name] = accs
+  for method in methods.values():
+    method.reset()  # Leave the float model as it came (adaptation mutates it).
+  return {"accuracy": accuracy, "gate": gate, "gate_gain": gate_gain, "seconds": seconds}

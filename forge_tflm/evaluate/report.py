@@ -1,0 +1,139 @@
+"""Evaluation results as a table: JSON, CSV, Markdown and a PNG chart.
+
+Accuracy is in percent, mean +- std over orderings. Recovery is a method's
+accuracy minus its own source's (int8 methods vs `source`, float methods vs
+`source-fp32`) on the same stream; a stream a method "hurts" is one where its
+mean recovery is negative.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+
+import numpy as np
+
+from forge_tflm.evaluate.protocol import SOURCE_OF
+
+
+def summarize(raw: dict) -> dict:
+  acc = raw["accuracy"]
+  streams = list(next(iter(acc.values())).keys()) if acc else []
+  table = {}
+  for method, per_stream in acc.items():
+    rows = {}
+    source = SOURCE_OF[method]
+    for s in streams:
+      a = 100.0 * np.asarray(per_stream[s])
+      row = {"accuracy_mean": float(a.mean()), "accuracy_std": float(a.std()),
+             "accuracy": [float(v) for v in a]}
+      if source in acc and source != method:
+        rec = a - 100.0 * np.asarray(acc[source][s])
+        row["recovery_mean"] = float(rec.mean())
+        row["recovery_std"] = float(rec.std())
+      rows[s] = row
+    corrupted = [s for s in streams if s != "clean"]
+    summary = {
+        "mean_accuracy": float(np.mean([rows[s]["accuracy_mean"] for s in corrupted]))
+        if corrupted else None}
+    if corrupted and "recovery_mean" in rows[corrupted[0]]:
+      # Per-ordering mean over corruptions, then mean/std over orderings.
+      per_order = np.mean([np.asarray(rows[s]["accuracy"]) -
+                           100.0 * np.asarray(acc[source][s]) for s in corrupted], axis=0)
+      summary["mean_recovery"] = float(per_order.mean())
+      summary["mean_recovery_std"] = float(per_order.std())
+      summary["hurt"] = [s for s in corrupted if rows[s]["recovery_mean"] < 0]
+    table[method] = {"streams": rows, "summary": summary}
+  return table
+
+
+def to_csv(table: dict) -> str:
+  out = io.StringIO()
+  w = csv.writer(out)
+  w.writerow(["method", "stream", "accuracy_mean", "accuracy_std", "recovery_mean",
+              "recovery_std"])
+  for method, t in table.items():
+    for stream, row in t["streams"].items():
+      w.writerow([method, stream, f"{row['accuracy_mean']:.2f}", f"{row['accuracy_std']:.2f}",
+                  f"{row['recovery_mean']:.2f}" if "recovery_mean" in row else "",
+                  f"{row['recovery_std']:.2f}" if "recovery_std" in row else ""])
+  return out.getvalue()
+
+
+def to_markdown(table: dict, gate: dict | None = None) -> str:
+  methods = list(table)
+  streams = list(next(iter(table.values()))["streams"]) if table else []
+  lines = ["| stream | " + " | ".join(methods) + " |",
+           "| --- | " + " | ".join("---:" for _ in methods) + " |"]
+  for s in streams:
+    cells = []
+    for m in methods:
+      row = table[m]["streams"][s]
+      cell = f"{row['accuracy_mean']:.1f} ± {row['accuracy_std']:.1f}"
+      if "recovery_mean" in row:
+        cell += f" ({row['recovery_mean']:+.1f})"
+      cells.append(cell)
+    fired = ""
+    if gate and s in gate:
+      fired = " (gate: " + ",".join("on" if f else "off" for f in gate[s]) + ")"
+    lines.append(f"| {s}{fired} | " + " | ".join(cells) + " |")
+  mean_cells = []
+  for m in methods:
+    su = table[m]["summary"]
+    cell = f"{su['mean_accuracy']:.1f}" if su["mean_accuracy"] is not None else ""
+    if su.get("mean_recovery") is not None:
+      cell += f" ({su['mean_recovery']:+.1f} ± {su['mean_recovery_std']:.1f})"
+    mean_cells.append(cell)
+  lines.append("| **mean (corrupted)** | " + " | ".join(mean_cells) + " |")
+  hurt = {m: table[m]["summary"].get("hurt") for m in methods
+          if table[m]["summary"].get("hurt")}
+  lines.append("")
+  lines.append("Accuracy % mean ± std over orderings; (recovery vs the method's source)."
+               + (" Hurt: " + "; ".join(f"{m}: {', '.join(h)}" for m, h in hurt.items())
+                  if hurt else " No method hurts any corruption."))
+  return "\n".join(lines) + "\n"
+
+
+def plot(table: dict, path: str, title: str = "") -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  methods = list(table)
+  streams = list(next(iter(table.values()))["streams"])
+  x = np.arange(len(streams))
+  width = 0.8 / max(1, len(methods))
+  fig, ax = plt.subplots(figsize=(max(8, 0.7 * len(streams) * max(1, len(methods)) / 2), 4.5))
+  for i, m in enumerate(methods):
+    rows = [table[m]["streams"][s] for s in streams]
+    ax.bar(x + (i - (len(methods) - 1) / 2) * width, [r["accuracy_mean"] for r in rows],
+           width, yerr=[r["accuracy_std"] for r in rows], label=m, capsize=2)
+  ax.set_xticks(x, streams, rotation=45, ha="right")
+  ax.set_ylabel("top-1 accuracy (%)")
+  ax.set_ylim(0, 100)
+  ax.legend(ncol=min(4, len(methods)), fontsize=8)
+  ax.set_title(title)
+  ax.grid(axis="y", alpha=0.3)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def write_all(out_dir: str, table: dict, meta: dict, raw: dict) -> dict[str, str]:
+  """Writes results.json/.csv/.md/.png into out_dir; returns their paths."""
+  from forge_tflm.converter.outputs import write_atomically
+
+  os.makedirs(out_dir, exist_ok=True)
+  paths = {k: os.path.join(out_dir, f"results.{k}") for k in ("json", "csv", "md", "png")}
+  doc = dict(meta)
+  doc["results"] = table
+  doc["gate"] = {"fired": raw.get("gate", {}), "mean_confidence_gain": raw.get("gate_gain", {})}
+  doc["seconds"] = raw.get("seconds", {})
+  plot(table, paths["png"] + ".tmp.png", meta.get("title", ""))
+  write_atomically({paths["json"]: (json.dumps(doc, indent=2) + "\n").encode(),
+                    paths["csv"]: to_csv(table).encode(),
+                    paths["md"]: to_markdown(table, raw.get("gate")).encode()})
+  os.replace(paths["png"] + ".tmp.png", paths["png"])
+  return paths

@@ -1,0 +1,87 @@
+"""One evaluation run from files to reports (what `forge_tflm eval` calls)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+
+from absl import logging
+
+from forge_tflm.converter.options import InputContract
+from forge_tflm.evaluate import report
+from forge_tflm.evaluate.protocol import FP32_NAMES, EvalConfig, evaluate
+
+
+def manifest_for(artifact_path: str) -> dict | None:
+  path = os.path.splitext(artifact_path)[0] + ".json"
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def contract_from_manifest(manifest: dict | None) -> InputContract:
+  if not manifest:
+    return InputContract()
+  c = manifest["input"]["contract"]
+  if c["kind"] == "range":
+    return InputContract("range", low=c["low"], high=c["high"])
+  return InputContract("normalize", mean=tuple(c["mean"]), std=tuple(c["std"]))
+
+
+def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | None,
+                   keras_path: str | None, output_dir: str | None, command: str,
+                   data_description: str, show_progress: bool = True) -> dict:
+  """Evaluates, writes results.{json,csv,md,png} to output_dir; returns the JSON doc."""
+  artifact = None
+  meta: dict = {"command": command, "config": _config_json(config), "data": data_description}
+  manifest = None
+  if artifact_path:
+    with open(artifact_path, "rb") as f:
+      artifact = f.read()
+    manifest = manifest_for(artifact_path)
+    meta["artifact"] = {"path": artifact_path,
+                        "sha256": hashlib.sha256(artifact).hexdigest()}
+    if manifest and manifest.get("model_sha256") != meta["artifact"]["sha256"]:
+      raise ValueError(f"manifest next to {artifact_path} is for another model (sha256"
+                       " mismatch)")
+  float_model = None
+  if keras_path and any(m in FP32_NAMES for m in config.methods):
+    import keras
+    float_model = keras.saving.load_model(keras_path, compile=False)
+    with open(keras_path, "rb") as f:
+      meta["float_model"] = {"path": keras_path,
+                             "sha256": hashlib.sha256(f.read()).hexdigest()}
+  contract = contract_from_manifest(manifest)
+  total = sum(len(s.labels) for s in streams) * len(config.methods) * config.orderings
+  progress = None
+  if show_progress:
+    from tqdm import tqdm
+    import sys
+    # In logs (not a terminal) a redraw every 10 s is plenty.
+    progress = tqdm(total=total, unit="img", desc="eval", smoothing=0.05,
+                    mininterval=0.5 if sys.stderr.isatty() else 10.0)
+  t0 = time.time()
+  try:
+    raw = evaluate(config, streams, artifact=artifact, float_model=float_model,
+                   contract=contract, progress=progress)
+  finally:
+    if progress is not None:
+      progress.close()
+  meta["wall_seconds"] = round(time.time() - t0, 1)
+  meta["streams"] = {s.name: len(s.labels) for s in streams}
+  table = report.summarize(raw)
+  if output_dir:
+    paths = report.write_all(output_dir, table, meta, raw)
+    logging.info("wrote %s", ", ".join(paths.values()))
+  doc = dict(meta, results=table, gate=raw["gate"], seconds=raw["seconds"])
+  return doc
+
+
+def _config_json(config: EvalConfig) -> dict:
+  d = dataclasses.asdict(config)
+  d["methods"] = list(config.methods)
+  return d
