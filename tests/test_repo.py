@@ -39,3 +39,16 @@ def test_product_layout_exists():
   for path in ("forge_tflm", "converter", "custom_ops", "esp32s3_app", "tests",
                "WORKSPACE", "requirements.txt", "pyproject.toml", "README.md"):
     assert os.path.exists(os.path.join(REPO_ROOT, path)), path
+
+
+def test_every_package_is_listed_in_pyproject():
+  """The package list is explicit (converter/ maps to forge_tflm.converter)."""
+  import tomllib
+  with open(os.path.join(REPO_ROOT, "pyproject.toml"), "rb") as f:
+    listed = set(tomllib.load(f)["tool"]["setuptools"]["packages"])
+  found = {"forge_tflm.converter"}
+  for dirpath, _, files in os.walk(os.path.join(REPO_ROOT, "forge_tflm")):
+    if "__init__.py" in files and "__pycache__" not in dirpath:
+      rel = os.path.relpath(dirpath, REPO_ROOT)
+      found.add(rel.replace(os.sep, "."))
+  assert found == listed
