@@ -228,7 +228,9 @@ class SegmentedModel:
           it.set_tensor(detail["index"], values[t])
         it.invoke()
         for detail, t in zip(it.get_output_details(), step.outputs):
-          values[t] = it.get_tensor(detail["index"])
+          # A view, not a copy: valid until this segment runs again (next batch),
+          # by which time this run's `values` are gone.
+          values[t] = it.tensor(detail["index"])()
       elif isinstance(step, ForgeNode):
         if self.forge_kernel is not None:
           values[step.output] = self.forge_kernel(step, values[step.input], mode)
@@ -238,7 +240,9 @@ class SegmentedModel:
       else:
         name, op, t_in, t_out = step
         values[t_out] = self._host_kernels[name](values[t_in], op)
-    return values[self._graph_outputs[0]]
+    result = np.array(values[self._graph_outputs[0]])  # Own copy for the caller.
+    values.clear()  # Drop the views before any segment can run again.
+    return result
 
   def quantize_input(self, x_float: np.ndarray) -> np.ndarray:
     scale, zp = self.input_quant

@@ -1,0 +1,266 @@
+/* FORGE_RECALIB: BatchNorm re-estimation at a former Conv->BN site (TFLM).
+ *
+ * Inputs:  0 x         int8 [N, ..., C] channels last (rank 2..4), per-tensor
+ *                      quantized (s_x, z_x)
+ *          1 beta      float32 [C], constant (clean BN shift)
+ *          2 gamma_abs float32 [C], constant (|BN scale|)
+ * Output:  0 y         int8, shape of x, per-tensor quantized (s_y, z_y)
+ * Options: flexbuffer map {momentum | window, eps, activation, variance}.
+ *
+ * Per invocation, M = N * (product of the middle dims) elements per channel c:
+ *   adapt mode (statistics of the int8 values q, exact integer sums):
+ *     S1 = sum q (int32), S2 = sum q*q (int64)
+ *     mean_b = s_x * ((float)(S1 - M*z_x) / (float)M)
+ *     var_b  = (s_x*s_x) * ((float)(M*S2 - S1*S1) / (float)(M*M))
+ *     m = momentum, or min(1, (float)N / (float)window);  om = 1 - m
+ *     mu  <- om*mu + m*mean_b
+ *     var <- om*var + m*v_used, v_used = var_b ("batch") or
+ *                               var_b + (mean_b - mu)^2 ("running", new mu)
+ *   both modes (frozen skips the update):
+ *     inv_std = 1/sqrtf(var + eps);  gs = gamma_abs * inv_std
+ *     A = gs * (s_x/s_y);  B = (beta - mu*gs) * (1/s_y) + z_y
+ *     y = clamp((float)(q - z_x)*A + B, qmin, qmax) rounded half up
+ *   i.e. y = (x - mu)/sqrt(var + eps) * |gamma| + beta, fused activation
+ *   (qmin/qmax as TFLite's CalculateActivationRangeQuantized), requantized.
+ *   Every float op is a separately rounded float32 op in SPEC.md's order.
+ *
+ * State (persistent arena, 8 bytes/channel): float32 [mu_0..mu_{C-1},
+ *   var_0..var_{C-1}], reset to [beta, gamma_abs^2] in Prepare, by the TFLM
+ *   reset hook (MicroInterpreter::Reset) and at the first Eval after
+ *   ForgeRecalibRequestReset(). Targets beta/gamma_abs stay in flash.
+ * Scratch (non-persistent arena): forge_recalib_scratch_bytes(C) = 280 B/ch
+ *   (stats accumulators, A/B, per-channel 256-entry LUT); define
+ *   FORGE_RECALIB_NO_LUT to request only the 24 B/ch of the affine path.
+ *
+ * Init parses the options once, Prepare validates tensors and does the
+ * quantization math once, Eval calls the framework-free C core
+ * forge_recalib_s8_ansi (../src/forge_recalib.c).
+ */
+#include "forge_recalib_kernel.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "forge_recalib.h"
+#include "forge_recalib_options.h"
+#include "tensorflow/lite/c/common.h"
+#include "tensorflow/lite/kernels/kernel_util.h"
+#include "tensorflow/lite/micro/kernels/kernel_util.h"
+#include "tensorflow/lite/micro/micro_log.h"
+
+namespace {
+
+int32_t g_mode = FORGE_RECALIB_MODE_ADAPT;
+uint32_t g_reset_generation = 0;
+
+constexpr int kInputX = 0;
+constexpr int kInputBeta = 1;
+constexpr int kInputGamma = 2;
+constexpr int kOutputY = 0;
+
+struct OpData {
+  forge_recalib_options opts;
+  int parse_status;
+  const char* parse_msg;
+  forge_recalib_quant quant;
+  float* state;             // 2*C floats, persistent arena
+  const float* beta;        // constant tensor data (flatbuffer / flash)
+  const float* gamma_abs;
+  int32_t n, hw, c;
+  int scratch_index;
+  size_t scratch_bytes;
+  uint32_t seen_generation;
+};
+
+TfLiteStatus Fail(const char* what) {
+  MicroPrintf("FORGE_RECALIB: %s", what);
+  return kTfLiteError;
+}
+
+// Per-tensor int8 quantization: (scale, zero point) or an error message.
+const char* PerTensorParams(const TfLiteTensor* t, float* scale, int32_t* zero) {
+  if (t->quantization.type != kTfLiteAffineQuantization) {
+    return "x and y must be int8 with affine quantization";
+  }
+  const auto* affine =
+      static_cast<const TfLiteAffineQuantization*>(t->quantization.params);
+  if (affine != nullptr) {
+    if (affine->scale == nullptr || affine->scale->size != 1 ||
+        (affine->zero_point != nullptr && affine->zero_point->size != 1)) {
+      return "per-channel quantized x/y is not supported (per-tensor only)";
+    }
+  }
+  *scale = t->params.scale;
+  *zero = t->params.zero_point;
+  return nullptr;
+}
+
+void* Init(TfLiteContext* context, const char* buffer, size_t length) {
+  void* raw = context->AllocatePersistentBuffer(context, sizeof(OpData));
+  if (raw == nullptr) return nullptr;
+  OpData* data = static_cast<OpData*>(raw);
+  *data = OpData{};
+  data->parse_status = forge_recalib::ParseOptions(
+      reinterpret_cast<const uint8_t*>(buffer), length, &data->opts,
+      &data->parse_msg);
+  return data;
+}
+
+TfLiteStatus PrepareTensors(TfLiteContext* context, TfLiteNode* node,
+                            OpData* data, const TfLiteTensor* x,
+                            const TfLiteTensor* beta, const TfLiteTensor* gamma,
+                            const TfLiteTensor* y) {
+  if (x->type != kTfLiteInt8) return Fail("x must be int8");
+  if (y->type != kTfLiteInt8) return Fail("y must be int8");
+  if (beta->type != kTfLiteFloat32 || gamma->type != kTfLiteFloat32) {
+    return Fail("beta and gamma_abs must be float32");
+  }
+  const int rank = tflite::NumDimensions(x);
+  if (rank < 2 || rank > 4) return Fail("x must have rank 2..4 (channels last)");
+  if (!tflite::HaveSameShapes(x, y)) return Fail("y must have the shape of x");
+  int64_t m = 1;
+  for (int i = 0; i < rank - 1; ++i) {
+    const int d = x->dims->data[i];
+    if (d < 1 || d > FORGE_RECALIB_MAX_M) {
+      return Fail("N*H*W per channel must be in [1, 2^22]");
+    }
+    m *= d;
+    if (m > FORGE_RECALIB_MAX_M) return Fail("N*H*W per channel must be in [1, 2^22]");
+  }
+  const int c = x->dims->data[rank - 1];
+  if (c < 1 || c > FORGE_RECALIB_MAX_C) return Fail("channel count must be in [1, 65536]");
+  if (tflite::NumDimensions(beta) != 1 || beta->dims->data[0] != c ||
+      tflite::NumDimensions(gamma) != 1 || gamma->dims->data[0] != c) {
+    return Fail("beta and gamma_abs must have shape [C] with C = x's last dim");
+  }
+  if (!tflite::IsConstantTensor(beta) || !tflite::IsConstantTensor(gamma)) {
+    return Fail("beta and gamma_abs must be constant tensors");
+  }
+  float s_x, s_y;
+  int32_t z_x, z_y;
+  const char* why = PerTensorParams(x, &s_x, &z_x);
+  if (why == nullptr) why = PerTensorParams(y, &s_y, &z_y);
+  if (why != nullptr) return Fail(why);
+
+  const char* msg = "";
+  if (forge_recalib_prepare_quant(&data->opts, s_x, z_x, s_y, z_y, &data->quant,
+                                  &msg) != FORGE_RECALIB_OK) {
+    return Fail(msg);
+  }
+  data->beta = tflite::GetTensorData<float>(beta);
+  data->gamma_abs = tflite::GetTensorData<float>(gamma);
+  if (forge_recalib_check_targets(data->beta, data->gamma_abs, c, &msg) !=
+      FORGE_RECALIB_OK) {
+    return Fail(msg);
+  }
+  data->n = x->dims->data[0];
+  data->hw = static_cast<int32_t>(m / data->n);
+  if (data->state == nullptr || data->c != c) {
+    data->state = static_cast<float*>(context->AllocatePersistentBuffer(
+        context, sizeof(float) * 2 * static_cast<size_t>(c)));
+    if (data->state == nullptr) return Fail("cannot allocate state");
+  }
+  data->c = c;
+  forge_recalib_state_reset(data->beta, data->gamma_abs, c, data->state, &msg);
+  data->seen_generation = g_reset_generation;
+#ifdef FORGE_RECALIB_NO_LUT
+  data->scratch_bytes = forge_recalib_scratch_bytes_affine(c);
+#else
+  data->scratch_bytes = forge_recalib_scratch_bytes(c);
+#endif
+  if (context->RequestScratchBufferInArena(context, data->scratch_bytes,
+                                           &data->scratch_index) != kTfLiteOk) {
+    return Fail("cannot request scratch buffer");
+  }
+  (void)node;
+  return kTfLiteOk;
+}
+
+TfLiteStatus Prepare(TfLiteContext* context, TfLiteNode* node) {
+  OpData* data = static_cast<OpData*>(node->user_data);
+  if (data == nullptr) return Fail("Init could not allocate op data");
+  if (data->parse_status != FORGE_RECALIB_OK) return Fail(data->parse_msg);
+  if (tflite::NumInputs(node) != 3) return Fail("expects 3 inputs (x, beta, gamma_abs)");
+  if (tflite::NumOutputs(node) != 1) return Fail("expects 1 output");
+
+  tflite::MicroContext* micro_context = tflite::GetMicroContext(context);
+  TfLiteTensor* x = micro_context->AllocateTempInputTensor(node, kInputX);
+  TfLiteTensor* beta = micro_context->AllocateTempInputTensor(node, kInputBeta);
+  TfLiteTensor* gamma = micro_context->AllocateTempInputTensor(node, kInputGamma);
+  TfLiteTensor* y = micro_context->AllocateTempOutputTensor(node, kOutputY);
+  TfLiteStatus status = kTfLiteError;
+  if (x == nullptr || beta == nullptr || gamma == nullptr || y == nullptr) {
+    status = Fail("missing input or output tensor");
+  } else {
+    status = PrepareTensors(context, node, data, x, beta, gamma, y);
+  }
+  if (x != nullptr) micro_context->DeallocateTempTfLiteTensor(x);
+  if (beta != nullptr) micro_context->DeallocateTempTfLiteTensor(beta);
+  if (gamma != nullptr) micro_context->DeallocateTempTfLiteTensor(gamma);
+  if (y != nullptr) micro_context->DeallocateTempTfLiteTensor(y);
+  return status;
+}
+
+TfLiteStatus Eval(TfLiteContext* context, TfLiteNode* node) {
+  OpData* data = static_cast<OpData*>(node->user_data);
+  if (data == nullptr || data->state == nullptr) return Fail("not prepared");
+  const TfLiteEvalTensor* x = tflite::micro::GetEvalInput(context, node, kInputX);
+  const TfLiteEvalTensor* beta_t =
+      tflite::micro::GetEvalInput(context, node, kInputBeta);
+  const TfLiteEvalTensor* gamma_t =
+      tflite::micro::GetEvalInput(context, node, kInputGamma);
+  TfLiteEvalTensor* y = tflite::micro::GetEvalOutput(context, node, kOutputY);
+  // Eval reads the targets through the eval tensors (the pointers kept from
+  // Prepare serve only the reset hook, which has no node).
+  const float* beta = tflite::micro::GetTensorData<float>(beta_t);
+  const float* gamma_abs = tflite::micro::GetTensorData<float>(gamma_t);
+  const char* msg = "";
+  if (data->seen_generation != g_reset_generation) {
+    forge_recalib_state_reset(beta, gamma_abs, data->c, data->state, &msg);
+    data->seen_generation = g_reset_generation;
+  }
+  void* scratch = context->GetScratchBuffer(context, data->scratch_index);
+  const int status = forge_recalib_s8_ansi(
+      tflite::micro::GetTensorData<int8_t>(x),
+      tflite::micro::GetTensorData<int8_t>(y), data->n, data->hw, data->c, beta,
+      gamma_abs, data->state, &data->opts, &data->quant, g_mode, scratch,
+      data->scratch_bytes, &msg);
+  if (status != FORGE_RECALIB_OK) return Fail(msg);
+  return kTfLiteOk;
+}
+
+void Reset(TfLiteContext* context, void* buffer) {
+  (void)context;
+  OpData* data = static_cast<OpData*>(buffer);
+  if (data == nullptr || data->state == nullptr) return;  // Not prepared.
+  const char* msg;
+  forge_recalib_state_reset(data->beta, data->gamma_abs, data->c, data->state,
+                            &msg);
+  data->seen_generation = g_reset_generation;
+}
+
+}  // namespace
+
+bool ForgeRecalibSetMode(int32_t mode) {
+  if (mode != FORGE_RECALIB_MODE_ADAPT && mode != FORGE_RECALIB_MODE_FROZEN) {
+    return false;
+  }
+  g_mode = mode;
+  return true;
+}
+
+int32_t ForgeRecalibGetMode() { return g_mode; }
+
+void ForgeRecalibRequestReset() { ++g_reset_generation; }
+
+uint32_t ForgeRecalibResetGeneration() { return g_reset_generation; }
+
+namespace tflite {
+
+const TFLMRegistration* Register_FORGE_RECALIB() {
+  static const TFLMRegistration registration =
+      tflite::micro::RegisterOp(Init, Prepare, Eval, /*free=*/nullptr, Reset);
+  return &registration;
+}
+
+}  // namespace tflite

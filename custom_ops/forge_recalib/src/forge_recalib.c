@@ -1,0 +1,412 @@
+/* FORGE_RECALIB C core, plain C variant (ESP-NN naming: *_ansi).
+ *
+ * Arithmetic is normative (custom_ops/forge_recalib/SPEC.md); every float
+ * expression below is a separately rounded float32 operation in the spec's
+ * order. Optimized variants (e.g. forge_recalib_s8_esp32s3) must be bit-exact
+ * to this file.
+ */
+#include "forge_recalib.h"
+
+#include <float.h>
+#include <math.h>
+
+#if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD != 0
+#error "FORGE_RECALIB needs FLT_EVAL_METHOD == 0 (float math in float32)"
+#endif
+
+#define FORGE_RECALIB_QUANT_MAGIC 0x46524351u /* "FRCQ" */
+/* Rows per int32 block of sum(q*q): 65536 * 128^2 = 2^30 < INT32_MAX. */
+#define FORGE_RECALIB_S2_BLOCK 65536
+
+static int set_msg(const char** msg, int status, const char* text) {
+  if (msg != NULL) *msg = text;
+  return status;
+}
+
+/* Finite test without libm (NaN fails both compares; no -ffast-math). */
+static int is_finite_f(float v) { return v <= FLT_MAX && v >= -FLT_MAX; }
+
+const char* forge_recalib_status_string(int status) {
+  switch (status) {
+    case FORGE_RECALIB_OK: return "ok";
+    case FORGE_RECALIB_ERR_NULL: return "null pointer";
+    case FORGE_RECALIB_ERR_SHAPE: return "invalid shape";
+    case FORGE_RECALIB_ERR_OPTIONS: return "invalid options";
+    case FORGE_RECALIB_ERR_QUANT: return "invalid quantization parameters";
+    case FORGE_RECALIB_ERR_TARGETS: return "invalid beta/gamma_abs";
+    case FORGE_RECALIB_ERR_SCRATCH: return "invalid scratch buffer";
+    case FORGE_RECALIB_ERR_MODE: return "invalid mode";
+    case FORGE_RECALIB_ERR_TYPE: return "invalid tensor type";
+    default: return "unknown status";
+  }
+}
+
+void forge_recalib_options_default(forge_recalib_options* opts) {
+  if (opts == NULL) return;
+  opts->use_window = -1;
+  opts->momentum = 0.0f;
+  opts->window = 0;
+  opts->eps = FORGE_RECALIB_DEFAULT_EPS;
+  opts->activation = FORGE_RECALIB_ACT_NONE;
+  opts->variance = FORGE_RECALIB_VAR_RUNNING;
+}
+
+int forge_recalib_validate_options(const forge_recalib_options* opts,
+                                   const char** msg) {
+  if (opts == NULL) return set_msg(msg, FORGE_RECALIB_ERR_NULL, "options is NULL");
+  if (opts->use_window == 0) {
+    if (!(opts->momentum >= 0.0f && opts->momentum <= 1.0f)) {
+      return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS,
+                     "momentum must be a number in [0, 1]");
+    }
+  } else if (opts->use_window == 1) {
+    if (opts->window < 1) {
+      return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS, "window must be >= 1");
+    }
+  } else {
+    return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS,
+                   "exactly one of momentum or window must be set");
+  }
+  if (!(is_finite_f(opts->eps) && opts->eps > 0.0f)) {
+    return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS,
+                   "eps must be finite and > 0");
+  }
+  if (opts->activation != FORGE_RECALIB_ACT_NONE &&
+      opts->activation != FORGE_RECALIB_ACT_RELU &&
+      opts->activation != FORGE_RECALIB_ACT_RELU6) {
+    return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS, "unknown activation");
+  }
+  if (opts->variance != FORGE_RECALIB_VAR_BATCH &&
+      opts->variance != FORGE_RECALIB_VAR_RUNNING) {
+    return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS,
+                   "unknown variance estimator");
+  }
+  return set_msg(msg, FORGE_RECALIB_OK, "ok");
+}
+
+static int scale_ok(float s) {
+  return s >= FORGE_RECALIB_SCALE_MIN && s <= FORGE_RECALIB_SCALE_MAX;
+}
+
+int forge_recalib_prepare_quant(const forge_recalib_options* opts, float s_x,
+                                int32_t z_x, float s_y, int32_t z_y,
+                                forge_recalib_quant* quant, const char** msg) {
+  int32_t qmin = -128, qmax = 127;
+  int status;
+  if (quant == NULL) return set_msg(msg, FORGE_RECALIB_ERR_NULL, "quant is NULL");
+  quant->magic = 0;
+  status = forge_recalib_validate_options(opts, msg);
+  if (status != FORGE_RECALIB_OK) return status;
+  /* NaN fails both comparisons in scale_ok. */
+  if (!scale_ok(s_x)) {
+    return set_msg(msg, FORGE_RECALIB_ERR_QUANT,
+                   "input scale must be in [2^-40, 2^40]");
+  }
+  if (!scale_ok(s_y)) {
+    return set_msg(msg, FORGE_RECALIB_ERR_QUANT,
+                   "output scale must be in [2^-40, 2^40]");
+  }
+  if (z_x < -128 || z_x > 127) {
+    return set_msg(msg, FORGE_RECALIB_ERR_QUANT,
+                   "input zero point must be in [-128, 127]");
+  }
+  if (z_y < -128 || z_y > 127) {
+    return set_msg(msg, FORGE_RECALIB_ERR_QUANT,
+                   "output zero point must be in [-128, 127]");
+  }
+  /* TFLite CalculateActivationRangeQuantized: quantize(0) = z_y and
+   * quantize(6) = z_y + round_half_away(6.0f / s_y). */
+  if (opts->activation == FORGE_RECALIB_ACT_RELU ||
+      opts->activation == FORGE_RECALIB_ACT_RELU6) {
+    qmin = z_y; /* max(-128, z_y) */
+  }
+  if (opts->activation == FORGE_RECALIB_ACT_RELU6) {
+    float six = 6.0f / s_y;
+    /* six >= 256 already saturates (z_y + 256 > 127); avoids int overflow. */
+    if (six < 256.0f) {
+      int32_t i = (int32_t)six; /* trunc, six >= 0 */
+      float frac = six - (float)i; /* exact */
+      int32_t six_q = i + (frac >= 0.5f ? 1 : 0);
+      if (z_y + six_q < qmax) qmax = z_y + six_q;
+    }
+  }
+  quant->s_x = s_x;
+  quant->s_y = s_y;
+  quant->z_x = z_x;
+  quant->z_y = z_y;
+  quant->r = s_x / s_y;
+  quant->inv_sy = 1.0f / s_y;
+  quant->sx2 = s_x * s_x;
+  quant->zy_f = (float)z_y;
+  quant->qmin = qmin;
+  quant->qmax = qmax;
+  quant->qmin_f = (float)qmin;
+  quant->qmax_f = (float)qmax;
+  quant->activation = opts->activation;
+  quant->magic = FORGE_RECALIB_QUANT_MAGIC;
+  return set_msg(msg, FORGE_RECALIB_OK, "ok");
+}
+
+int forge_recalib_check_targets(const float* beta, const float* gamma_abs,
+                                int32_t C, const char** msg) {
+  int32_t c;
+  if (beta == NULL || gamma_abs == NULL) {
+    return set_msg(msg, FORGE_RECALIB_ERR_NULL, "beta/gamma_abs is NULL");
+  }
+  if (C < 1 || C > FORGE_RECALIB_MAX_C) {
+    return set_msg(msg, FORGE_RECALIB_ERR_SHAPE,
+                   "channel count must be in [1, 65536]");
+  }
+  for (c = 0; c < C; ++c) {
+    if (!(beta[c] >= -FORGE_RECALIB_TARGET_MAX &&
+          beta[c] <= FORGE_RECALIB_TARGET_MAX)) {
+      return set_msg(msg, FORGE_RECALIB_ERR_TARGETS,
+                     "beta must be finite with |beta| <= 2^40");
+    }
+    if (!(gamma_abs[c] >= 0.0f && gamma_abs[c] <= FORGE_RECALIB_TARGET_MAX)) {
+      return set_msg(msg, FORGE_RECALIB_ERR_TARGETS,
+                     "gamma_abs must be finite with 0 <= gamma_abs <= 2^40");
+    }
+  }
+  return set_msg(msg, FORGE_RECALIB_OK, "ok");
+}
+
+int forge_recalib_state_reset(const float* beta, const float* gamma_abs,
+                              int32_t C, float* state, const char** msg) {
+  int32_t c;
+  int status = forge_recalib_check_targets(beta, gamma_abs, C, msg);
+  if (status != FORGE_RECALIB_OK) return status;
+  if (state == NULL) return set_msg(msg, FORGE_RECALIB_ERR_NULL, "state is NULL");
+  for (c = 0; c < C; ++c) {
+    state[c] = beta[c];
+    state[C + c] = gamma_abs[c] * gamma_abs[c];
+  }
+  return set_msg(msg, FORGE_RECALIB_OK, "ok");
+}
+
+/* Scratch layout (byte offsets, C channels, base 8-byte aligned):
+ *   [0, 8C)     int64 S2[C]        stats pass (adapt only)
+ *   [8C, 12C)   int32 S1[C]
+ *   [12C, 16C)  int32 S2 block[C]
+ *   [16C, 20C)  float A[C]         per-element coefficients
+ *   [20C, 24C)  float B[C]
+ *   [24C, 280C) int8 LUT[C][256]   LUT path only
+ */
+size_t forge_recalib_scratch_bytes_affine(int32_t C) {
+  if (C < 1 || C > FORGE_RECALIB_MAX_C) return 0;
+  return (size_t)24 * (size_t)C;
+}
+
+size_t forge_recalib_scratch_bytes(int32_t C) {
+  if (C < 1 || C > FORGE_RECALIB_MAX_C) return 0;
+  return (size_t)280 * (size_t)C;
+}
+
+/* Integer statistics over M rows of C channels: exact (SPEC step 1). */
+static void stats_pass(const int8_t* x, int32_t M, int32_t C, int64_t* s2,
+                       int32_t* s1, int32_t* s2_blk) {
+  int32_t c, row = 0;
+  for (c = 0; c < C; ++c) {
+    s1[c] = 0;
+    s2[c] = 0;
+  }
+  while (row < M) {
+    int32_t end = M - row > FORGE_RECALIB_S2_BLOCK ? row + FORGE_RECALIB_S2_BLOCK
+                                                   : M;
+    for (c = 0; c < C; ++c) s2_blk[c] = 0;
+    for (; row < end; ++row) {
+      const int8_t* p = x + (size_t)row * (size_t)C;
+      for (c = 0; c < C; ++c) {
+        int32_t q = p[c];
+        s1[c] += q;
+        s2_blk[c] += q * q;
+      }
+    }
+    for (c = 0; c < C; ++c) s2[c] += s2_blk[c];
+  }
+}
+
+/* SPEC step 5: A = gamma_abs/sqrt(var+eps) * r, B = (beta - mu*gs)/s_y + z_y. */
+static void coefficients(float mu, float var, float beta, float gamma_abs,
+                         float eps, const forge_recalib_quant* quant, float* a,
+                         float* b) {
+  float inv_std = 1.0f / sqrtf(var + eps);
+  float gs = gamma_abs * inv_std;
+  float mu_gs = mu * gs;
+  float centered = beta - mu_gs;
+  float scaled = centered * quant->inv_sy;
+  *a = gs * quant->r;
+  *b = scaled + quant->zy_f;
+}
+
+/* SPEC step 6 for one element; the clamp maps NaN to qmin. */
+static int8_t requantize(int32_t q, int32_t z_x, float a, float b, float qmin_f,
+                         float qmax_f) {
+  float prod = (float)(q - z_x) * a;
+  float v = prod + b;
+  if (!(v >= qmin_f)) v = qmin_f;
+  if (v > qmax_f) v = qmax_f;
+  return (int8_t)((int32_t)(v + 128.5f) - 128);
+}
+
+static void affine_pass(const int8_t* x, int8_t* y, int32_t M, int32_t C,
+                        const float* a, const float* b,
+                        const forge_recalib_quant* quant) {
+  const int32_t z_x = quant->z_x;
+  const float qmin_f = quant->qmin_f, qmax_f = quant->qmax_f;
+  int32_t row, c;
+  for (row = 0; row < M; ++row) {
+    const int8_t* xp = x + (size_t)row * (size_t)C;
+    int8_t* yp = y + (size_t)row * (size_t)C;
+    for (c = 0; c < C; ++c) {
+      yp[c] = requantize(xp[c], z_x, a[c], b[c], qmin_f, qmax_f);
+    }
+  }
+}
+
+static void lut_pass(const int8_t* x, int8_t* y, int32_t M, int32_t C,
+                     const float* a, const float* b,
+                     const forge_recalib_quant* quant, int8_t* lut) {
+  int32_t row, c, i;
+  /* Same requantize() per table entry: bit-identical to the affine pass. */
+  for (c = 0; c < C; ++c) {
+    int8_t* t = lut + (size_t)c * 256u;
+    for (i = 0; i < 256; ++i) {
+      t[i] = requantize(i - 128, quant->z_x, a[c], b[c], quant->qmin_f,
+                        quant->qmax_f);
+    }
+  }
+  for (row = 0; row < M; ++row) {
+    const int8_t* xp = x + (size_t)row * (size_t)C;
+    int8_t* yp = y + (size_t)row * (size_t)C;
+    const int8_t* t = lut;
+    for (c = 0; c < C; ++c, t += 256) {
+      yp[c] = t[(int32_t)xp[c] + 128];
+    }
+  }
+}
+
+int forge_recalib_s8_ansi_path(const int8_t* x, int8_t* y, int32_t N,
+                               int32_t HW, int32_t C, const float* beta,
+                               const float* gamma_abs, float* state,
+                               const forge_recalib_options* opts,
+                               const forge_recalib_quant* quant, int32_t mode,
+                               int32_t path, void* scratch,
+                               size_t scratch_bytes, const char** msg) {
+  int32_t M, c;
+  int status;
+  int use_lut;
+  int64_t* s2;
+  int32_t *s1, *s2_blk;
+  float *a, *b;
+  uint8_t* base = (uint8_t*)scratch;
+
+  if (x == NULL || y == NULL || beta == NULL || gamma_abs == NULL ||
+      state == NULL || opts == NULL || quant == NULL || scratch == NULL) {
+    return set_msg(msg, FORGE_RECALIB_ERR_NULL, "a required pointer is NULL");
+  }
+  if (N < 1 || HW < 1 || N > FORGE_RECALIB_MAX_M || HW > FORGE_RECALIB_MAX_M ||
+      (int64_t)N * (int64_t)HW > FORGE_RECALIB_MAX_M) {
+    return set_msg(msg, FORGE_RECALIB_ERR_SHAPE,
+                   "N*H*W per channel must be in [1, 2^22]");
+  }
+  if (C < 1 || C > FORGE_RECALIB_MAX_C) {
+    return set_msg(msg, FORGE_RECALIB_ERR_SHAPE,
+                   "channel count must be in [1, 65536]");
+  }
+  status = forge_recalib_validate_options(opts, msg);
+  if (status != FORGE_RECALIB_OK) return status;
+  if (quant->magic != FORGE_RECALIB_QUANT_MAGIC) {
+    return set_msg(msg, FORGE_RECALIB_ERR_QUANT,
+                   "quant was not built by forge_recalib_prepare_quant");
+  }
+  if (quant->activation != opts->activation) {
+    return set_msg(msg, FORGE_RECALIB_ERR_QUANT,
+                   "quant was prepared for a different activation");
+  }
+  if (mode != FORGE_RECALIB_MODE_ADAPT && mode != FORGE_RECALIB_MODE_FROZEN) {
+    return set_msg(msg, FORGE_RECALIB_ERR_MODE, "unknown mode");
+  }
+  if (path != FORGE_RECALIB_PATH_AUTO && path != FORGE_RECALIB_PATH_AFFINE &&
+      path != FORGE_RECALIB_PATH_LUT) {
+    return set_msg(msg, FORGE_RECALIB_ERR_MODE, "unknown per-element path");
+  }
+  if (((uintptr_t)scratch & 7u) != 0) {
+    return set_msg(msg, FORGE_RECALIB_ERR_SCRATCH,
+                   "scratch must be 8-byte aligned");
+  }
+  M = N * HW;
+  if (path == FORGE_RECALIB_PATH_AUTO) {
+    use_lut = M >= FORGE_RECALIB_LUT_MIN_M &&
+              scratch_bytes >= forge_recalib_scratch_bytes(C);
+  } else {
+    use_lut = path == FORGE_RECALIB_PATH_LUT;
+  }
+  if (scratch_bytes < (use_lut ? forge_recalib_scratch_bytes(C)
+                               : forge_recalib_scratch_bytes_affine(C))) {
+    return set_msg(msg, FORGE_RECALIB_ERR_SCRATCH, "scratch too small");
+  }
+
+  s2 = (int64_t*)base;
+  s1 = (int32_t*)(base + (size_t)8 * (size_t)C);
+  s2_blk = (int32_t*)(base + (size_t)12 * (size_t)C);
+  a = (float*)(base + (size_t)16 * (size_t)C);
+  b = (float*)(base + (size_t)20 * (size_t)C);
+
+  if (mode == FORGE_RECALIB_MODE_ADAPT) {
+    const int64_t m64 = M;
+    const float m_f = (float)M;
+    const float mm_f = (float)(m64 * m64);
+    float m, om;
+    if (opts->use_window) {
+      m = (float)N / (float)opts->window;
+      if (m > 1.0f) m = 1.0f;
+    } else {
+      m = opts->momentum;
+    }
+    om = 1.0f - m;
+    stats_pass(x, M, C, s2, s1, s2_blk);
+    for (c = 0; c < C; ++c) {
+      const int64_t s1c = s1[c];
+      const float mq = (float)(s1c - m64 * quant->z_x) / m_f;
+      const float mean_b = quant->s_x * mq;
+      const float var_q = (float)(m64 * s2[c] - s1c * s1c) / mm_f;
+      const float var_b = quant->sx2 * var_q;
+      const float mu_keep = om * state[c];
+      const float mu_add = m * mean_b;
+      const float mu_new = mu_keep + mu_add;
+      float v_used = var_b;
+      float var_keep, var_add;
+      if (opts->variance == FORGE_RECALIB_VAR_RUNNING) {
+        const float d = mean_b - mu_new;
+        const float d2 = d * d;
+        v_used = var_b + d2;
+      }
+      var_keep = om * state[C + c];
+      var_add = m * v_used;
+      state[c] = mu_new;
+      state[C + c] = var_keep + var_add;
+    }
+  }
+  for (c = 0; c < C; ++c) {
+    coefficients(state[c], state[C + c], beta[c], gamma_abs[c], opts->eps,
+                 quant, &a[c], &b[c]);
+  }
+  if (use_lut) {
+    lut_pass(x, y, M, C, a, b, quant, (int8_t*)(base + (size_t)24 * (size_t)C));
+  } else {
+    affine_pass(x, y, M, C, a, b, quant);
+  }
+  return set_msg(msg, FORGE_RECALIB_OK, "ok");
+}
+
+int forge_recalib_s8_ansi(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
+                          int32_t C, const float* beta, const float* gamma_abs,
+                          float* state, const forge_recalib_options* opts,
+                          const forge_recalib_quant* quant, int32_t mode,
+                          void* scratch, size_t scratch_bytes,
+                          const char** msg) {
+  return forge_recalib_s8_ansi_path(x, y, N, HW, C, beta, gamma_abs, state,
+                                    opts, quant, mode, FORGE_RECALIB_PATH_AUTO,
+                                    scratch, scratch_bytes, msg);
+}

@@ -1,0 +1,159 @@
+/* FORGE_RECALIB C core: BatchNorm re-estimation on a BN-folded int8 conv output.
+ *
+ * Framework-free C99 (no allocation, float32 only, no double). The contract,
+ * including the exact float32 operation order, is custom_ops/forge_recalib/
+ * SPEC.md; the numpy reference forge_tflm/ops/reference.py is its executable
+ * definition and this file must match it bit for bit (outputs and state).
+ *
+ * Build with -ffp-contract=off (no FMA) and without -ffast-math; on a target
+ * with FLT_EVAL_METHOD != 0 the results would differ, so that is an error.
+ *
+ * Typical use (a framework kernel does the same in Init/Prepare/Eval/Reset):
+ *   forge_recalib_options opts;  forge_recalib_options_default(&opts);
+ *   ... fill opts (or parse the flexbuffer, see forge_recalib_options.h) ...
+ *   forge_recalib_validate_options(&opts, &msg);
+ *   forge_recalib_prepare_quant(&opts, s_x, z_x, s_y, z_y, &quant, &msg);
+ *   forge_recalib_state_reset(beta, gamma_abs, C, state, &msg);  // 2*C floats
+ *   scratch = buffer of forge_recalib_scratch_bytes(C) bytes, 8-byte aligned
+ *   forge_recalib_s8_ansi(x, y, N, HW, C, beta, gamma_abs, state, &opts,
+ *                         &quant, FORGE_RECALIB_MODE_ADAPT, scratch,
+ *                         scratch_bytes, &msg);
+ * Every function returns a forge_recalib_status; on error `*msg` (when msg is
+ * not NULL) points to a static, NUL-terminated description and no output or
+ * state byte has been written.
+ */
+#ifndef FORGE_RECALIB_H_
+#define FORGE_RECALIB_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  FORGE_RECALIB_OK = 0,
+  FORGE_RECALIB_ERR_NULL = 1,     /* a required pointer is NULL */
+  FORGE_RECALIB_ERR_SHAPE = 2,    /* N, HW, C out of range */
+  FORGE_RECALIB_ERR_OPTIONS = 3,  /* invalid options */
+  FORGE_RECALIB_ERR_QUANT = 4,    /* invalid scales / zero points */
+  FORGE_RECALIB_ERR_TARGETS = 5,  /* invalid beta / gamma_abs */
+  FORGE_RECALIB_ERR_SCRATCH = 6,  /* scratch too small or misaligned */
+  FORGE_RECALIB_ERR_MODE = 7,     /* unknown mode or per-element path */
+  FORGE_RECALIB_ERR_TYPE = 8      /* wrong tensor type (framework layers) */
+} forge_recalib_status;
+
+typedef enum {
+  FORGE_RECALIB_ACT_NONE = 0,
+  FORGE_RECALIB_ACT_RELU = 1,
+  FORGE_RECALIB_ACT_RELU6 = 2
+} forge_recalib_activation;
+
+typedef enum {
+  FORGE_RECALIB_VAR_BATCH = 0,
+  FORGE_RECALIB_VAR_RUNNING = 1
+} forge_recalib_variance;
+
+typedef enum {
+  FORGE_RECALIB_MODE_ADAPT = 0,  /* update statistics, then renormalize */
+  FORGE_RECALIB_MODE_FROZEN = 1  /* renormalize with the current state */
+} forge_recalib_mode;
+
+/* How the per-element pass is evaluated; all are bit-identical. */
+typedef enum {
+  FORGE_RECALIB_PATH_AUTO = 0,
+  FORGE_RECALIB_PATH_AFFINE = 1,  /* per-channel A, B per element */
+  FORGE_RECALIB_PATH_LUT = 2      /* per-channel 256-entry int8 table */
+} forge_recalib_path;
+
+/* Limits (SPEC.md "Validation"). */
+#define FORGE_RECALIB_MAX_M (1 << 22)      /* N*HW per channel */
+#define FORGE_RECALIB_MAX_C 65536
+/* Powers of two written in decimal (exact) so C++11 can include this. */
+#define FORGE_RECALIB_SCALE_MIN 9.094947017729282379150390625e-13f /* 2^-40 */
+#define FORGE_RECALIB_SCALE_MAX 1099511627776.0f /* 2^40 */
+#define FORGE_RECALIB_TARGET_MAX 1099511627776.0f /* |beta|, gamma_abs */
+#define FORGE_RECALIB_DEFAULT_EPS 1e-5f
+/* AUTO uses the table when a channel has at least this many elements (and the
+ * scratch holds it). 1024 suits scalar FPUs (MCUs, -O2: the table is 2x
+ * faster); the host extension builds with INT32_MAX (always affine) since
+ * vectorized (-O3) the affine pass is as fast or faster there. Both paths are
+ * bit-identical. See README.md "Performance". */
+#ifndef FORGE_RECALIB_LUT_MIN_M
+#define FORGE_RECALIB_LUT_MIN_M 1024
+#endif
+
+typedef struct {
+  int32_t use_window; /* 0: fixed momentum, 1: window (m = min(1, N/W)) */
+  float momentum;     /* in [0, 1] when use_window == 0 */
+  int32_t window;     /* >= 1 when use_window == 1 */
+  float eps;          /* finite, > 0 */
+  int32_t activation; /* forge_recalib_activation */
+  int32_t variance;   /* forge_recalib_variance */
+} forge_recalib_options;
+
+/* Quantization constants, computed once by forge_recalib_prepare_quant. */
+typedef struct {
+  float s_x, s_y;
+  int32_t z_x, z_y;
+  float r;       /* s_x / s_y */
+  float inv_sy;  /* 1 / s_y */
+  float sx2;     /* s_x * s_x */
+  float zy_f;    /* (float)z_y */
+  int32_t qmin, qmax;
+  float qmin_f, qmax_f;
+  int32_t activation; /* the activation qmin/qmax were computed for */
+  uint32_t magic;     /* set by prepare_quant; guards uninitialized use */
+} forge_recalib_quant;
+
+const char* forge_recalib_status_string(int status);
+
+/* momentum 0.1 would be arbitrary, so defaults leave the rate unset
+ * (use_window = -1, rejected by validation): the caller must choose one. */
+void forge_recalib_options_default(forge_recalib_options* opts);
+int forge_recalib_validate_options(const forge_recalib_options* opts,
+                                   const char** msg);
+
+int forge_recalib_prepare_quant(const forge_recalib_options* opts, float s_x,
+                                int32_t z_x, float s_y, int32_t z_y,
+                                forge_recalib_quant* quant, const char** msg);
+
+/* Validates beta/gamma_abs (finite, |beta| <= 2^40, 0 <= gamma_abs <= 2^40). */
+int forge_recalib_check_targets(const float* beta, const float* gamma_abs,
+                                int32_t C, const char** msg);
+
+/* state[0..C) = beta, state[C..2C) = gamma_abs * gamma_abs. Validates targets. */
+int forge_recalib_state_reset(const float* beta, const float* gamma_abs,
+                              int32_t C, float* state, const char** msg);
+
+/* Scratch bytes for any path (the LUT path is the largest); 0 if C invalid. */
+size_t forge_recalib_scratch_bytes(int32_t C);
+/* Scratch bytes enough for the affine path only (AUTO then never uses LUT). */
+size_t forge_recalib_scratch_bytes_affine(int32_t C);
+
+/* One invocation on x[N][HW][C] -> y (same layout). y may equal x (in place)
+ * but must not otherwise overlap x; state must not overlap anything.
+ * beta/gamma_abs are assumed validated (forge_recalib_state_reset or
+ * forge_recalib_check_targets); they are not re-checked per call. */
+int forge_recalib_s8_ansi(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
+                          int32_t C, const float* beta, const float* gamma_abs,
+                          float* state, const forge_recalib_options* opts,
+                          const forge_recalib_quant* quant, int32_t mode,
+                          void* scratch, size_t scratch_bytes,
+                          const char** msg);
+
+/* Same, with the per-element path forced (tests and benchmarks). */
+int forge_recalib_s8_ansi_path(const int8_t* x, int8_t* y, int32_t N,
+                               int32_t HW, int32_t C, const float* beta,
+                               const float* gamma_abs, float* state,
+                               const forge_recalib_options* opts,
+                               const forge_recalib_quant* quant, int32_t mode,
+                               int32_t path, void* scratch,
+                               size_t scratch_bytes, const char** msg);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif  /* FORGE_RECALIB_H_ */

@@ -1,0 +1,196 @@
+// FORGE_RECALIB custom option parsing; see forge_recalib_options.h.
+#include "forge_recalib_options.h"
+
+#include <float.h>
+#include <string.h>
+
+// Only flexbuffer reading is used, never locale-dependent number parsing; 0
+// (TFLM's patched default) avoids needing flatbuffers' compiled library.
+#ifndef FLATBUFFERS_LOCALE_INDEPENDENT
+#define FLATBUFFERS_LOCALE_INDEPENDENT 0
+#endif
+#include "flatbuffers/flexbuffers.h"
+
+namespace forge_recalib {
+namespace {
+
+int Fail(const char** msg, const char* text) {
+  if (msg != nullptr) *msg = text;
+  return FORGE_RECALIB_ERR_OPTIONS;
+}
+
+bool IsByteWidth(uint64_t w) { return w == 1 || w == 2 || w == 4 || w == 8; }
+
+// Little-endian unsigned read without alignment requirements.
+uint64_t ReadUnsigned(const uint8_t* p, size_t width) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < width; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
+// The flexbuffers verifier checks alignment of most objects but not of the
+// root slot nor of a map's key vector; reading those misaligned would be
+// undefined behavior (and traps on some MCUs). This pre-check reads them
+// byte-wise, bounds-checked, and requires natural alignment relative to the
+// (8-byte aligned) buffer start. It also requires the root to be a map.
+bool PrecheckLayout(const uint8_t* buf, size_t len, const char** msg,
+                    int* status) {
+  *status = FORGE_RECALIB_ERR_OPTIONS;
+  if (len < 3) return Fail(msg, "malformed flexbuffer options: too short"), false;
+  const size_t root_width = buf[len - 1];
+  const uint8_t packed_type = buf[len - 2];
+  if (!IsByteWidth(root_width) || len - 2 < root_width) {
+    return Fail(msg, "malformed flexbuffer options: bad root width"), false;
+  }
+  const size_t root_pos = len - 2 - root_width;
+  if (root_pos % root_width != 0) {
+    return Fail(msg, "malformed flexbuffer options: misaligned root"), false;
+  }
+  if ((packed_type >> 2) != flexbuffers::FBT_MAP) {
+    return Fail(msg, "options must be a flexbuffer map"), false;
+  }
+  const uint64_t map_off = ReadUnsigned(buf + root_pos, root_width);
+  if (map_off > root_pos) {
+    return Fail(msg, "malformed flexbuffer options: bad map offset"), false;
+  }
+  const size_t map_pos = root_pos - static_cast<size_t>(map_off);
+  const size_t map_width = size_t{1} << (packed_type & 3);
+  if (map_pos % map_width != 0 || map_pos < 3 * map_width) {
+    return Fail(msg, "malformed flexbuffer options: bad map layout"), false;
+  }
+  const size_t keys_field = map_pos - 3 * map_width;
+  const uint64_t keys_off = ReadUnsigned(buf + keys_field, map_width);
+  const uint64_t key_width = ReadUnsigned(buf + keys_field + map_width, map_width);
+  if (keys_off > keys_field || !IsByteWidth(key_width) ||
+      (keys_field - static_cast<size_t>(keys_off)) % key_width != 0) {
+    return Fail(msg, "malformed flexbuffer options: bad key vector"), false;
+  }
+  *status = FORGE_RECALIB_OK;
+  return true;
+}
+
+bool KeyIs(const char* key, const char* name) { return strcmp(key, name) == 0; }
+
+bool StringIs(const flexbuffers::String& s, const char* name) {
+  const size_t n = strlen(name);
+  return s.size() == n && memcmp(s.c_str(), name, n) == 0;
+}
+
+enum class FloatRead { kOk, kWrongType, kOutOfRange };
+
+// Float option: any flexbuffer float width. A value outside the float32 range
+// (or NaN) is reported, never converted: that conversion is undefined behavior.
+FloatRead ReadFloat(const flexbuffers::Reference& v, float* out) {
+  if (!v.IsFloat()) return FloatRead::kWrongType;
+  const double d = v.AsDouble();
+  if (!(d >= -static_cast<double>(FLT_MAX) && d <= static_cast<double>(FLT_MAX))) {
+    return FloatRead::kOutOfRange;
+  }
+  *out = static_cast<float>(d);  // Round to nearest.
+  return FloatRead::kOk;
+}
+
+}  // namespace
+
+int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
+                 const char** msg) {
+  if (out == nullptr) {
+    if (msg != nullptr) *msg = "options output is NULL";
+    return FORGE_RECALIB_ERR_NULL;
+  }
+  forge_recalib_options_default(out);
+  if (data == nullptr || length == 0) {
+    return Fail(msg, "custom options are missing (momentum or window needed)");
+  }
+  if (length > kMaxOptionsBytes) {
+    return Fail(msg, "custom options larger than 512 bytes");
+  }
+  alignas(8) uint8_t buf[kMaxOptionsBytes];
+  memcpy(buf, data, length);
+  int status;
+  if (!PrecheckLayout(buf, length, msg, &status)) return status;
+  if (!flexbuffers::VerifyBuffer(buf, length)) {
+    return Fail(msg, "malformed flexbuffer options: verification failed");
+  }
+  const flexbuffers::Map map = flexbuffers::GetRoot(buf, length).AsMap();
+  const flexbuffers::TypedVector keys = map.Keys();
+  const flexbuffers::Vector values = map.Values();
+  if (keys.size() != values.size()) {
+    return Fail(msg, "malformed flexbuffer options: key/value count mismatch");
+  }
+  bool has_momentum = false, has_window = false, has_eps = false,
+       has_activation = false, has_variance = false;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const flexbuffers::Reference key_ref = keys[i];
+    if (!key_ref.IsKey()) return Fail(msg, "malformed flexbuffer options: key");
+    const char* key = key_ref.AsKey();
+    const flexbuffers::Reference v = values[i];
+    if (KeyIs(key, "momentum")) {
+      if (has_momentum) return Fail(msg, "duplicate option key 'momentum'");
+      has_momentum = true;
+      const FloatRead r = ReadFloat(v, &out->momentum);
+      if (r == FloatRead::kWrongType) {
+        return Fail(msg, "option 'momentum' must be a float");
+      }
+      if (r == FloatRead::kOutOfRange) {
+        return Fail(msg, "momentum must be a number in [0, 1]");
+      }
+    } else if (KeyIs(key, "window")) {
+      if (has_window) return Fail(msg, "duplicate option key 'window'");
+      has_window = true;
+      if (v.IsUInt()) {
+        const uint64_t w = v.AsUInt64();
+        if (w < 1 || w > INT32_MAX) return Fail(msg, "window must be in [1, 2^31-1]");
+        out->window = static_cast<int32_t>(w);
+      } else if (v.IsInt()) {
+        const int64_t w = v.AsInt64();
+        if (w < 1 || w > INT32_MAX) return Fail(msg, "window must be in [1, 2^31-1]");
+        out->window = static_cast<int32_t>(w);
+      } else {
+        return Fail(msg, "option 'window' must be an integer");
+      }
+    } else if (KeyIs(key, "eps")) {
+      if (has_eps) return Fail(msg, "duplicate option key 'eps'");
+      has_eps = true;
+      const FloatRead r = ReadFloat(v, &out->eps);
+      if (r == FloatRead::kWrongType) return Fail(msg, "option 'eps' must be a float");
+      if (r == FloatRead::kOutOfRange) return Fail(msg, "eps must be finite and > 0");
+    } else if (KeyIs(key, "activation")) {
+      if (has_activation) return Fail(msg, "duplicate option key 'activation'");
+      has_activation = true;
+      if (!v.IsString()) return Fail(msg, "option 'activation' must be a string");
+      const flexbuffers::String s = v.AsString();
+      if (StringIs(s, "none")) {
+        out->activation = FORGE_RECALIB_ACT_NONE;
+      } else if (StringIs(s, "relu")) {
+        out->activation = FORGE_RECALIB_ACT_RELU;
+      } else if (StringIs(s, "relu6")) {
+        out->activation = FORGE_RECALIB_ACT_RELU6;
+      } else {
+        return Fail(msg, "unknown activation (none, relu, relu6)");
+      }
+    } else if (KeyIs(key, "variance")) {
+      if (has_variance) return Fail(msg, "duplicate option key 'variance'");
+      has_variance = true;
+      if (!v.IsString()) return Fail(msg, "option 'variance' must be a string");
+      const flexbuffers::String s = v.AsString();
+      if (StringIs(s, "batch")) {
+        out->variance = FORGE_RECALIB_VAR_BATCH;
+      } else if (StringIs(s, "running")) {
+        out->variance = FORGE_RECALIB_VAR_RUNNING;
+      } else {
+        return Fail(msg, "unknown variance estimator (batch, running)");
+      }
+    } else {
+      return Fail(msg, "unknown option key (momentum, window, eps, activation, "
+                       "variance)");
+    }
+  }
+  if (has_momentum == has_window) {
+    return Fail(msg, "exactly one of momentum or window must be set");
+  }
+  out->use_window = has_window ? 1 : 0;
+  return forge_recalib_validate_options(out, msg);
+}
+
+}  // namespace forge_recalib

@@ -1,0 +1,173 @@
+"""Numpy reference of FORGE_RECALIB: the executable definition of SPEC.md.
+
+Every float operation is an explicit np.float32 operation in the order of
+custom_ops/forge_recalib/SPEC.md (numpy float32 ufuncs are correctly rounded
+and never fuse multiply-add), integer sums are int64. The C core
+(custom_ops/forge_recalib/src/forge_recalib.c) must match this bit for bit.
+Constants are np.float32 so that no operand is silently promoted to float64.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+F32 = np.float32
+
+MAX_M = 1 << 22
+MAX_C = 65536
+SCALE_MIN = F32(2.0 ** -40)
+SCALE_MAX = F32(2.0 ** 40)
+TARGET_MAX = F32(2.0 ** 40)
+DEFAULT_EPS = F32(1e-5)
+
+ACTIVATIONS = ("none", "relu", "relu6")
+VARIANCES = ("batch", "running")
+MODES = ("adapt", "frozen")
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedQuant:
+  """Per-tensor constants computed once (SPEC "Prepare")."""
+  s_x: np.float32
+  z_x: int
+  s_y: np.float32
+  z_y: int
+  r: np.float32
+  inv_sy: np.float32
+  sx2: np.float32
+  qmin: int
+  qmax: int
+
+
+def _round_half_away_nonneg(v: np.float32) -> int:
+  """round() of TFLite (half away from zero) for v >= 0, v < 256, exactly."""
+  i = int(v)  # Truncation; exact because v < 256.
+  frac = F32(v - F32(i))  # Exact: v and i share the binade scale.
+  return i + (1 if frac >= F32(0.5) else 0)
+
+
+def activation_range(activation: str, s_y: np.float32, z_y: int) -> tuple[int, int]:
+  """[qmin, qmax] as TFLite's CalculateActivationRangeQuantized (int8)."""
+  qmin, qmax = -128, 127
+  if activation in ("relu", "relu6"):
+    qmin = max(-128, z_y)
+  if activation == "relu6":
+    six = F32(F32(6.0) / F32(s_y))
+    if six < F32(256.0):  # Larger values saturate at 127 anyway.
+      qmax = min(qmax, z_y + _round_half_away_nonneg(six))
+  return qmin, qmax
+
+
+def prepare_quant(activation: str, s_x, z_x: int, s_y, z_y: int) -> PreparedQuant:
+  """Validates scales/zero points and precomputes r, 1/s_y, s_x^2, qmin/qmax."""
+  s_x, s_y = F32(s_x), F32(s_y)
+  if not SCALE_MIN <= s_x <= SCALE_MAX:
+    raise ValueError("input scale must be in [2^-40, 2^40]")
+  if not SCALE_MIN <= s_y <= SCALE_MAX:
+    raise ValueError("output scale must be in [2^-40, 2^40]")
+  if not -128 <= int(z_x) <= 127:
+    raise ValueError("input zero point must be in [-128, 127]")
+  if not -128 <= int(z_y) <= 127:
+    raise ValueError("output zero point must be in [-128, 127]")
+  if activation not in ACTIVATIONS:
+    raise ValueError("unknown activation")
+  qmin, qmax = activation_range(activation, s_y, int(z_y))
+  return PreparedQuant(s_x=s_x, z_x=int(z_x), s_y=s_y, z_y=int(z_y),
+                       r=F32(s_x / s_y), inv_sy=F32(F32(1.0) / s_y),
+                       sx2=F32(s_x * s_x), qmin=qmin, qmax=qmax)
+
+
+def check_targets(beta: np.ndarray, gamma_abs: np.ndarray) -> None:
+  if beta.dtype != np.float32 or gamma_abs.dtype != np.float32:
+    raise ValueError("beta and gamma_abs must be float32")
+  if beta.ndim != 1 or beta.shape != gamma_abs.shape:
+    raise ValueError("beta and gamma_abs must be 1-D arrays of equal length")
+  if not 1 <= beta.shape[0] <= MAX_C:
+    raise ValueError("channel count must be in [1, 65536]")
+  # NaN fails the comparisons, so it is rejected too.
+  if not np.all((beta >= -TARGET_MAX) & (beta <= TARGET_MAX)):
+    raise ValueError("beta must be finite with |beta| <= 2^40")
+  if not np.all((gamma_abs >= F32(0)) & (gamma_abs <= TARGET_MAX)):
+    raise ValueError("gamma_abs must be finite with 0 <= gamma_abs <= 2^40")
+
+
+def reset_state(beta: np.ndarray, gamma_abs: np.ndarray) -> np.ndarray:
+  """State [mu_0..mu_{C-1}, var_0..var_{C-1}] = [beta, gamma_abs^2] (float32)."""
+  check_targets(beta, gamma_abs)
+  return np.concatenate([beta, gamma_abs * gamma_abs]).astype(np.float32)
+
+
+def momentum_value(use_window: bool, momentum, window, batch: int) -> np.float32:
+  """m of SPEC step 3: the fixed momentum, or min(1, (float)N / (float)W)."""
+  if use_window:
+    m = F32(F32(batch) / F32(window))
+    return min(m, F32(1.0))
+  return F32(momentum)
+
+
+@np.errstate(all="ignore")
+def coefficients(mu, var, beta, gamma_abs, eps, q: PreparedQuant):
+  """SPEC step 5 (vectorized over channels, each op rounded to float32)."""
+  inv_std = F32(1.0) / np.sqrt(var + F32(eps))
+  gs = gamma_abs * inv_std
+  a = gs * q.r
+  b = (beta - mu * gs) * q.inv_sy + F32(q.z_y)
+  return a.astype(np.float32), b.astype(np.float32)
+
+
+@np.errstate(all="ignore")
+def requantize(x2d: np.ndarray, a: np.ndarray, b: np.ndarray,
+               q: PreparedQuant) -> np.ndarray:
+  """SPEC step 6 on rows x channels: clamp (NaN -> qmin), round half up."""
+  centered = (x2d.astype(np.int32) - np.int32(q.z_x)).astype(np.float32)
+  v = centered * a + b  # Two float32 ufuncs: multiply, then add (no FMA).
+  qmin_f, qmax_f = F32(q.qmin), F32(q.qmax)
+  v = np.where(v >= qmin_f, v, qmin_f)  # NaN compares false -> qmin.
+  v = np.where(v > qmax_f, qmax_f, v).astype(np.float32)
+  return ((v + F32(128.5)).astype(np.int32) - 128).astype(np.int8)
+
+
+@np.errstate(all="ignore")  # inf/NaN are defined (NaN -> qmin), not errors.
+def recalib_step(x: np.ndarray, beta: np.ndarray, gamma_abs: np.ndarray,
+                 state: np.ndarray, *, use_window: bool, momentum, window,
+                 eps, variance: str, q: PreparedQuant,
+                 mode: str = "adapt") -> tuple[np.ndarray, np.ndarray]:
+  """One invocation; returns (y, new_state). Inputs are not modified.
+
+  x: int8 [N, ..., C] (channels last); state: float32 [2C].
+  """
+  if mode not in MODES:
+    raise ValueError("unknown mode")
+  if variance not in VARIANCES:
+    raise ValueError("unknown variance estimator")
+  n, c = x.shape[0], x.shape[-1]
+  x2d = x.reshape(-1, c)
+  m_rows = x2d.shape[0]
+  if not 1 <= m_rows <= MAX_M:
+    raise ValueError("N*H*W per channel must be in [1, 2^22]")
+  mu = state[:c].astype(np.float32)
+  var = state[c:].astype(np.float32)
+  if mode == "adapt":
+    xi = x2d.astype(np.int64)
+    s1 = xi.sum(axis=0)
+    s2 = (xi * xi).sum(axis=0)
+    big_m = np.int64(m_rows)
+    mq = (s1 - big_m * np.int64(q.z_x)).astype(np.float32) / F32(m_rows)
+    mean_b = q.s_x * mq
+    var_q = (big_m * s2 - s1 * s1).astype(np.float32) / F32(big_m * big_m)
+    var_b = q.sx2 * var_q
+    m = momentum_value(use_window, momentum, window, n)
+    om = F32(F32(1.0) - m)
+    mu_new = om * mu + m * mean_b
+    if variance == "running":
+      d = mean_b - mu_new
+      v_used = var_b + d * d
+    else:
+      v_used = var_b
+    var_new = om * var + m * v_used
+    mu, var = mu_new.astype(np.float32), var_new.astype(np.float32)
+  a, b = coefficients(mu, var, beta, gamma_abs, eps, q)
+  y = requantize(x2d, a, b, q).reshape(x.shape)
+  return y, np.concatenate([mu, var]).astype(np.float32)
