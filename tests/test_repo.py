@@ -52,3 +52,9 @@ def test_every_package_is_listed_in_pyproject():
       rel = os.path.relpath(dirpath, REPO_ROOT)
       found.add(rel.replace(os.sep, "."))
   assert found == listed
+
+
+def test_public_api_resolves():
+  import forge_tflm
+  for name in forge_tflm.__all__:
+    assert getattr(forge_tflm, name) is not None, name
