@@ -1,5 +1,6 @@
 """The `forge_tflm` command line: subcommand listing, errors, exit codes."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -39,7 +40,9 @@ def test_bad_flag_is_a_one_line_usage_error(capsys):
 
 
 def test_console_script_is_installed():
-  exe = shutil.which("forge_tflm")
+  # The script of this interpreter's environment first (a venv may not be on PATH).
+  exe = (shutil.which("forge_tflm", path=os.path.dirname(sys.executable))
+         or shutil.which("forge_tflm"))
   if exe is None:
     pytest.fail("forge_tflm is not on PATH: install the package (README set-up command)")
   result = subprocess.run([exe, "--help"], capture_output=True, text=True, check=False)
