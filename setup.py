@@ -10,7 +10,8 @@ _CORE_DIR = "custom_ops/forge_recalib/src"
 EXT_MODULES = [
     Extension(
         "forge_tflm.ops._forge_recalib_core",
-        sources=[f"{_CORE_DIR}/forge_recalib.c", "forge_tflm/ops/_core_module.c"],
+        sources=[f"{_CORE_DIR}/forge_recalib.c", f"{_CORE_DIR}/forge_recalib_x86.c",
+                 "forge_tflm/ops/_core_module.c"],
         include_dirs=[_CORE_DIR],
         depends=[f"{_CORE_DIR}/forge_recalib.h"],
         # -ffp-contract=off: no FMA, so the core stays bit-exact to the numpy
@@ -21,7 +22,10 @@ EXT_MODULES = [
                             "-fno-fast-math", "-Wall", "-Wextra"],
         # Vectorized, the affine per-element pass beats the 256-entry table
         # on x86 (measured), so the host never picks the table automatically.
-        define_macros=[("FORGE_RECALIB_LUT_MIN_M", "2147483647")],
+        # FORGE_RECALIB_X86: also build forge_recalib_s8_x86 (AVX2 loops chosen at
+        # run time on x86-64, the ansi loops elsewhere); the binding uses it.
+        define_macros=[("FORGE_RECALIB_LUT_MIN_M", "2147483647"),
+                       ("FORGE_RECALIB_X86", "1")],
     ),
 ]
 

@@ -1,7 +1,9 @@
 """Wall time of FORGE evaluation / plain int8 inference over the same images.
 
-Measured in one run, interleaved (plain, forge, plain, forge, ...) so that load on
-the shared machine hits both alike; prints the ratio per kernel mode and the
+Measured in one run, interleaved batch by batch (plain, forge, plain, forge, ...)
+so that load on the shared machine hits both alike (pass-level interleaving let
+the reference-mode ratio swing 0.9-1.17 between runs); both use the same
+interpreter thread count. Prints the ratio per kernel mode and the
 time of one full pass (all corruptions x N images, one ordering, cached
 corruptions, optimized kernels) when --full_pass is given.
 
@@ -19,11 +21,14 @@ from ai_edge_litert.interpreter import Interpreter
 
 from forge_tflm.converter.options import InputContract
 from forge_tflm.data import load_dataset
+from forge_tflm.ops import c_core_variant
 from forge_tflm.runtime.segmented import KERNEL_MODES, SegmentedModel
 
 
-def plain_runner(model_bytes: bytes, kernels: str, batch: int):
-  it = Interpreter(model_content=model_bytes,
+def plain_runner(model_bytes: bytes, kernels: str, batch: int, num_threads: int):
+  # Same thread count as SegmentedModel's interpreters, so the ratio measures
+  # the FORGE overhead, not threading (LiteRT's default differs by build).
+  it = Interpreter(model_content=model_bytes, num_threads=num_threads,
                    experimental_op_resolver_type=KERNEL_MODES[kernels])
   inp = it.get_input_details()[0]["index"]
   out = it.get_output_details()[0]["index"]
@@ -51,6 +56,17 @@ def timed_pass(fn, x: np.ndarray, batch: int) -> float:
   return time.perf_counter() - t0
 
 
+def timed_interleaved(fns, x: np.ndarray, batch: int) -> list[float]:
+  """Total seconds of each fn over x, alternating the fns on every batch."""
+  totals = [0.0] * len(fns)
+  for i in range(0, len(x), batch):
+    for k, fn in enumerate(fns):
+      t0 = time.perf_counter()
+      fn(x[i:i + batch])
+      totals[k] += time.perf_counter() - t0
+  return totals
+
+
 def main():
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--artifact", required=True)
@@ -71,7 +87,7 @@ def main():
   for kernels in args.kernels.split(","):
     forge = SegmentedModel(forge_bytes, kernels)
     x = forge.quantize_input(InputContract().to_float(images))
-    plain = plain_runner(plain_bytes, kernels, args.batch_size)
+    plain = plain_runner(plain_bytes, kernels, args.batch_size, forge.num_threads)
     forge_fn = lambda b: forge.run(b, mode="adapt")
     n = min(len(x), 512 if kernels == "reference" else len(x))
     timed_pass(plain, x[:args.batch_size], args.batch_size)  # Warm-up.
@@ -79,12 +95,14 @@ def main():
     tp, tf = [], []
     for _ in range(args.repeats):
       forge.reset()
-      tp.append(timed_pass(plain, x[:n], args.batch_size))
-      tf.append(timed_pass(forge_fn, x[:n], args.batch_size))
+      t_plain, t_forge = timed_interleaved([plain, forge_fn], x[:n], args.batch_size)
+      tp.append(t_plain)
+      tf.append(t_forge)
     tp, tf = min(tp), min(tf)
     print(f"{kernels:9s}: plain int8 {1e3 * tp / n:.3f} ms/img, FORGE eval"
           f" {1e3 * tf / n:.3f} ms/img, ratio {tf / tp:.3f} ({n} images, batch"
-          f" {args.batch_size}, best of {args.repeats})")
+          f" {args.batch_size}, best of {args.repeats}, {forge.num_threads} thread(s)"
+          f" each, C core {c_core_variant()})")
   if args.full_pass:
     from forge_tflm.corruptions import CORRUPTIONS, corrupt_cached
     forge = SegmentedModel(forge_bytes, "optimized")

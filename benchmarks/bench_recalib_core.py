@@ -2,12 +2,15 @@
 
 Sites (NHWC output of each former Conv->BN): stem + stage1's 6 convs at
 32x32x16, stage2's 6 convs + projection at 16x16x32, stage3's 6 convs +
-projection at 8x8x64. For each per-element path (affine: per-channel A, B per
-element; lut: per-channel 256-entry table) it reports the time per element of
-a full adapt invocation (stats pass + update + per-element pass), of a frozen
-invocation (per-element pass only), and the ratio to a plain memcpy of the
-same bytes. Loops run in C (forge_tflm.ops._forge_recalib_core.bench_*), so
-neither side pays Python overhead; each number is the minimum over repeats.
+projection at 8x8x64. For each C variant (ansi: forge_recalib_s8_ansi, the
+plain C reference; default: what the binding runs, forge_recalib_s8_x86 with
+this CPU's AVX2/AVX-512 loops; avx2: the same capped at AVX2) and per-element
+path (affine: per-channel A, B
+per element; lut: per-channel 256-entry table) it reports the time per element
+of a full adapt invocation (stats pass + update + per-element pass), of a
+frozen invocation (per-element pass only), and the ratio to a plain memcpy of
+the same bytes. Loops run in C (forge_tflm.ops._forge_recalib_core.bench_*),
+so neither side pays Python overhead; each number is the minimum over repeats.
 
   python benchmarks/bench_recalib_core.py [--repeats 5] [--batch 64]
 """
@@ -59,27 +62,29 @@ def main(argv=None) -> None:
 
   results = {}
   t_start = time.perf_counter()
-  for path in ("affine", "lut"):
-    for mode in ("adapt", "frozen"):
-      ns = 0.0
-      for _, x, state in sites:
-        ns += _min_time(lambda: ops.bench_c(x, state, opts, quant, args.reps,
-                                            mode=mode, path=path), args.repeats)
-      results[(path, mode)] = ns
+  for variant in ("ansi", "avx2", "default"):
+    for path in ("affine", "lut"):
+      for mode in ("adapt", "frozen"):
+        ns = 0.0
+        for _, x, state in sites:
+          ns += _min_time(lambda: ops.bench_c(x, state, opts, quant, args.reps,
+                                              mode=mode, path=path,
+                                              variant=variant), args.repeats)
+        results[(variant, path, mode)] = ns
   memcpy_ns = sum(_min_time(lambda: ops.bench_memcpy(x.size, args.reps),
                             args.repeats) for _, x, _ in sites)
 
-  print(f"FORGE_RECALIB C core (forge_recalib_s8_ansi), ResNet-20 sites, "
-        f"batch {args.batch}: {len(sites)} sites, {total_elems} int8 elements "
-        f"per forward pass")
+  print(f"FORGE_RECALIB C core, ResNet-20 sites, batch {args.batch}: "
+        f"{len(sites)} sites, {total_elems} int8 elements per forward pass; "
+        f"variant default = {ops.c_core_variant()}")
   print(f"memcpy of the same bytes: {memcpy_ns / 1e6:.3f} ms/forward, "
         f"{memcpy_ns / total_elems:.3f} ns/element")
-  print(f"{'path':8s} {'mode':7s} {'ms/forward':>11s} {'ns/element':>11s} "
-        f"{'x memcpy':>9s}")
-  for (path, mode), ns in results.items():
-    print(f"{path:8s} {mode:7s} {ns / 1e6:11.3f} {ns / total_elems:11.3f} "
-          f"{ns / memcpy_ns:9.2f}")
-  best = min(("affine", "lut"), key=lambda p: results[(p, "adapt")])
+  print(f"{'variant':8s} {'path':8s} {'mode':7s} {'ms/forward':>11s} "
+        f"{'ns/element':>11s} {'x memcpy':>9s}")
+  for (variant, path, mode), ns in results.items():
+    print(f"{variant:8s} {path:8s} {mode:7s} {ns / 1e6:11.3f} "
+          f"{ns / total_elems:11.3f} {ns / memcpy_ns:9.2f}")
+  best = min(("affine", "lut"), key=lambda p: results[("default", p, "adapt")])
   from forge_tflm.ops import _forge_recalib_core as core
   print(f"faster per-element path on this host (adapt): {best}; this build's "
         f"auto path uses the table when N*H*W >= {core.LUT_MIN_M}")

@@ -3,7 +3,9 @@
 The op contract is custom_ops/forge_recalib/SPEC.md. `forge_recalib_reference`
 is the definition (numpy, reference.py); `forge_recalib_c` runs the C core
 (custom_ops/forge_recalib/src/forge_recalib.c, compiled into
-forge_tflm.ops._forge_recalib_core) on the same arrays without copying them.
+forge_tflm.ops._forge_recalib_core; on x86-64 with AVX2 the bit-exact
+forge_recalib_s8_x86 loops, else forge_recalib_s8_ansi's) on the same arrays
+without copying them.
 Both update the `RecalibState` in place and must agree bit for bit.
 """
 
@@ -19,8 +21,9 @@ from forge_tflm.ops import reference
 
 __all__ = [
     "MAX_OPTIONS_BYTES", "QuantParams", "RecalibOptions", "RecalibState",
-    "bench_c", "bench_memcpy", "c_core_available", "decode_options",
-    "encode_options", "forge_recalib_c", "forge_recalib_reference",
+    "bench_c", "bench_memcpy", "c_core_available", "c_core_variant",
+    "decode_options", "encode_options", "forge_recalib_c",
+    "forge_recalib_reference",
 ]
 
 # Same limit as the C++ parser (forge_recalib_options.h): a valid map is ~100 B.
@@ -263,6 +266,17 @@ def _core():
   return _forge_recalib_core
 
 
+# "default": forge_recalib_s8_x86 with the best loops this CPU has
+# (c_core_variant()); "ansi": the plain C reference; "avx2": forge_recalib_s8_x86
+# capped at AVX2 (so tests reach those loops on AVX-512 hosts too).
+_VARIANT_CODES = {"default": 0, "ansi": 1, "avx2": 2}
+# (x.shape, channels, opts, quant, mode, path) -> _c_args(...): repeated calls
+# on one site (the evaluator: 21 sites x thousands of batches) skip the Python
+# validation. Keys are immutable values, so an entry can never go stale.
+_ARGS_CACHE: dict = {}
+_ARGS_CACHE_MAX = 4096
+
+
 def _c_args(x, state, opts, quant, mode, path):
   _check_x(x, state)
   _check_mode(mode)
@@ -278,36 +292,67 @@ def _c_args(x, state, opts, quant, mode, path):
           _MODE_CODES[mode], _PATH_CODES[path])
 
 
+def _cached_c_args(x, state, opts, quant, mode, path):
+  try:
+    key = (x.shape, state.channels, opts, quant, mode, path)
+    return _ARGS_CACHE[key]
+  except KeyError:
+    pass
+  except TypeError:  # Unhashable field (e.g. an array in quant): validate.
+    return _c_args(x, state, opts, quant, mode, path)
+  args = _c_args(x, state, opts, quant, mode, path)
+  if len(_ARGS_CACHE) >= _ARGS_CACHE_MAX:
+    _ARGS_CACHE.clear()
+  _ARGS_CACHE[key] = args
+  return args
+
+
+def c_core_variant() -> str:
+  """Loops that `forge_recalib_c(variant="default")` runs on this machine:
+  "x86_avx512" or "x86_avx2" (forge_recalib_s8_x86) or "ansi" (the plain C
+  reference loops, e.g. off x86)."""
+  return _core().DEFAULT_VARIANT
+
+
 def forge_recalib_c(x: np.ndarray, state: RecalibState, opts: RecalibOptions,
                     quant: QuantParams, mode: str = "adapt",
                     out: np.ndarray | None = None,
-                    path: str = "auto") -> np.ndarray:
+                    path: str = "auto", variant: str = "default") -> np.ndarray:
   """C core on numpy buffers (no copies): returns y and updates `state`.
 
-  `out` (int8, C-contiguous, shape of x; may be x itself) receives y.
-  `path` forces the per-element pass ("affine" or "lut"); results are
-  identical. Errors raise ValueError with the C core's message.
+  `out` (int8, C-contiguous, shape of x; may be x itself) receives y; passing
+  a preallocated one saves an allocation per call. `path` forces the
+  per-element pass ("affine" or "lut"); `variant` "ansi" forces the plain C
+  function instead of the host's optimized one (c_core_variant()), "avx2" caps
+  that one at AVX2; results are identical. Errors raise ValueError with the C core's message.
   """
   core = _core()
+  if not isinstance(x, np.ndarray) or x.dtype != np.int8:
+    raise ValueError("x must be an int8 numpy array")
   if not x.flags.c_contiguous:
     raise ValueError("x must be C-contiguous")
+  if variant not in _VARIANT_CODES:
+    raise ValueError(f"unknown variant {variant!r}")
+  args = _cached_c_args(x, state, opts, quant, mode, path)
   if out is None:
     out = np.empty_like(x)
   elif out.shape != x.shape:
     raise ValueError("out must have the shape of x")
-  core.s8(x, out, state.beta, state.gamma_abs, state.data,
-          *_c_args(x, state, opts, quant, mode, path))
+  core.s8(x, out, state.beta, state.gamma_abs, state.data, *args,
+          _VARIANT_CODES[variant])
   return out
 
 
 def bench_c(x: np.ndarray, state: RecalibState, opts: RecalibOptions,
             quant: QuantParams, reps: int, mode: str = "adapt",
-            path: str = "auto") -> float:
+            path: str = "auto", variant: str = "default") -> float:
   """Runs the C core `reps` times in C; returns nanoseconds per call."""
+  if variant not in _VARIANT_CODES:
+    raise ValueError(f"unknown variant {variant!r}")
   out = np.empty_like(x)
   total_ns = _core().bench_s8(x, out, state.beta, state.gamma_abs, state.data,
                               *_c_args(x, state, opts, quant, mode, path),
-                              int(reps))
+                              int(reps), _VARIANT_CODES[variant])
   return total_ns / reps
 
 

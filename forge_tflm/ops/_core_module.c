@@ -3,7 +3,9 @@
  * Arrays come in through the buffer protocol (C-contiguous, format and length
  * checked) and are passed to the core without copies; no numpy headers are
  * needed. The scratch buffer is the only allocation, made here because the
- * core never allocates. Errors raise ValueError with the core's message.
+ * core never allocates. Calls run forge_recalib_s8_x86_path (the host build's
+ * bit-exact SIMD variant) unless the ansi reference is asked for. Errors
+ * raise ValueError with the core's message.
  * bench_s8/bench_memcpy time loops in C so the benchmark ratio is fair.
  */
 #define PY_SSIZE_T_CLEAN
@@ -71,9 +73,15 @@ static PyObject* raise_status(int status, const char* msg) {
   return NULL;
 }
 
+/* Which C function runs: the host variant (forge_recalib_s8_x86_path with
+ * the best loops this CPU has), the plain reference (forge_recalib_s8_ansi_path)
+ * or the host variant capped at AVX2 (tests the AVX2 loops on AVX-512 CPUs). */
+enum { VARIANT_DEFAULT = 0, VARIANT_ANSI = 1, VARIANT_AVX2 = 2 };
+
 typedef struct {
   Buf x, y, beta, gamma, state;
   int n, hw, c, use_window, window, act, variance, z_x, z_y, mode, path;
+  int variant;
   float momentum, eps, s_x, s_y;
   forge_recalib_options opts;
   forge_recalib_quant quant;
@@ -92,7 +100,8 @@ static void call_release(Call* k) {
 }
 
 /* Parses (x, y, beta, gamma_abs, state, n, hw, c, use_window, momentum, window,
- * eps, activation, variance, s_x, z_x, s_y, z_y, mode, path[, extra int]). */
+ * eps, activation, variance, s_x, z_x, s_y, z_y, mode, path[, extra int]
+ * [, variant]). */
 static int call_setup(PyObject* args, Call* k, long long* extra) {
   PyObject *ox, *oy, *ob, *og, *os;
   const char* msg = NULL;
@@ -100,18 +109,23 @@ static int call_setup(PyObject* args, Call* k, long long* extra) {
   long long items = -1;
   memset(k, 0, sizeof(*k));
   if (extra != NULL) {
-    if (!PyArg_ParseTuple(args, "OOOOOiiiififiififiiiL", &ox, &oy, &ob, &og,
-                          &os, &k->n, &k->hw, &k->c, &k->use_window,
+    if (!PyArg_ParseTuple(args, "OOOOOiiiififiififiiiL|i", &ox, &oy, &ob,
+                          &og, &os, &k->n, &k->hw, &k->c, &k->use_window,
                           &k->momentum, &k->window, &k->eps, &k->act,
                           &k->variance, &k->s_x, &k->z_x, &k->s_y, &k->z_y,
-                          &k->mode, &k->path, extra)) {
+                          &k->mode, &k->path, extra, &k->variant)) {
       return -1;
     }
-  } else if (!PyArg_ParseTuple(args, "OOOOOiiiififiififiii", &ox, &oy, &ob,
+  } else if (!PyArg_ParseTuple(args, "OOOOOiiiififiififiii|i", &ox, &oy, &ob,
                                &og, &os, &k->n, &k->hw, &k->c, &k->use_window,
                                &k->momentum, &k->window, &k->eps, &k->act,
                                &k->variance, &k->s_x, &k->z_x, &k->s_y,
-                               &k->z_y, &k->mode, &k->path)) {
+                               &k->z_y, &k->mode, &k->path, &k->variant)) {
+    return -1;
+  }
+  if (k->variant != VARIANT_DEFAULT && k->variant != VARIANT_ANSI &&
+      k->variant != VARIANT_AVX2) {
+    PyErr_SetString(PyExc_ValueError, "unknown variant");
     return -1;
   }
   /* Buffer lengths are checked only for shapes the core accepts; otherwise
@@ -171,6 +185,15 @@ static int call_setup(PyObject* args, Call* k, long long* extra) {
 static int call_run(Call* k, const char** msg) {
   static uint64_t dummy[1];
   void* scratch = k->scratch != NULL ? k->scratch : (void*)dummy;
+  if (k->variant != VARIANT_ANSI) {
+    return forge_recalib_s8_x86_path(
+        (const int8_t*)k->x.view.buf, (int8_t*)k->y.view.buf, k->n, k->hw,
+        k->c, (const float*)k->beta.view.buf, (const float*)k->gamma.view.buf,
+        (float*)k->state.view.buf, &k->opts, &k->quant, k->mode, k->path,
+        k->variant == VARIANT_AVX2 ? FORGE_RECALIB_X86_AVX2
+                                   : FORGE_RECALIB_X86_AVX512,
+        scratch, k->scratch != NULL ? k->scratch_bytes : 0, msg);
+  }
   return forge_recalib_s8_ansi_path(
       (const int8_t*)k->x.view.buf, (int8_t*)k->y.view.buf, k->n, k->hw, k->c,
       (const float*)k->beta.view.buf, (const float*)k->gamma.view.buf,
@@ -301,9 +324,11 @@ static PyObject* py_scratch_bytes(PyObject* self, PyObject* args) {
 static PyMethodDef kMethods[] = {
     {"s8", py_s8, METH_VARARGS,
      "s8(x, y, beta, gamma_abs, state, n, hw, c, use_window, momentum, window,"
-     " eps, activation, variance, s_x, z_x, s_y, z_y, mode, path)"},
+     " eps, activation, variance, s_x, z_x, s_y, z_y, mode, path[, variant])"
+     " variant: 0 host (default), 1 ansi, 2 host capped at AVX2"},
     {"bench_s8", py_bench_s8, METH_VARARGS,
-     "bench_s8(<s8 args>, reps) -> total ns of reps calls (after 1 warm-up)"},
+     "bench_s8(<s8 args>, reps[, variant]) -> total ns of reps calls (after 1"
+     " warm-up)"},
     {"bench_memcpy", py_bench_memcpy, METH_VARARGS,
      "bench_memcpy(dst, src, reps) -> total ns (after 1 warm-up)"},
     {"state_reset", py_state_reset, METH_VARARGS,
@@ -328,8 +353,14 @@ static struct PyModuleDef kModule = {PyModuleDef_HEAD_INIT,
 PyMODINIT_FUNC PyInit__forge_recalib_core(void) {
   PyObject* m = PyModule_Create(&kModule);
   if (m == NULL) return NULL;
-  /* Smallest N*H*W for which path "auto" uses the table (build setting). */
-  if (PyModule_AddIntConstant(m, "LUT_MIN_M", FORGE_RECALIB_LUT_MIN_M) != 0) {
+  /* Smallest N*H*W for which path "auto" uses the table (build setting);
+   * which loops variant "default" runs on this machine. */
+  if (PyModule_AddIntConstant(m, "LUT_MIN_M", FORGE_RECALIB_LUT_MIN_M) != 0 ||
+      PyModule_AddStringConstant(
+          m, "DEFAULT_VARIANT",
+          forge_recalib_x86_active() == FORGE_RECALIB_X86_AVX512 ? "x86_avx512"
+          : forge_recalib_x86_active() == FORGE_RECALIB_X86_AVX2 ? "x86_avx2"
+                                                                  : "ansi") != 0) {
     Py_DECREF(m);
     return NULL;
   }

@@ -7,6 +7,12 @@ between segments unchanged, as int8 arrays; each FORGE node runs in the C core
 on the host (`forge_tflm.ops.forge_recalib_c`). With an identity host step the
 segmented run is bit-identical to the unsplit model (tests check this).
 
+Per batch the host work is kept small: interpreter tensor indices are cached,
+a FORGE node whose output only the next segment reads writes it straight into
+that segment's input tensor (no allocation, no copy), other FORGE outputs reuse
+one buffer per node and batch size, and the C core's argument validation is
+cached (`forge_recalib_c`).
+
 Kernel modes: "reference" uses BUILTIN_REF (the integer arithmetic of the
 TFLite-Micro reference kernels and ESP-NN: device numerics); "optimized" uses
 the default resolver (faster, may differ by an LSB).
@@ -30,11 +36,20 @@ ADAPT, FROZEN = "adapt", "frozen"
 
 
 @dataclasses.dataclass
+class _Bound:
+  """A segment's interpreter for one batch size, with its tensor indices cached
+  (get_input_details() builds dicts: too slow to call per batch)."""
+  it: Interpreter
+  ins: list[int]   # Interpreter tensor index of each segment input.
+  outs: list[int]
+
+
+@dataclasses.dataclass
 class _Segment:
   model_bytes: bytes
   inputs: list[int]    # Original tensor indices, in segment-input order.
   outputs: list[int]
-  interpreters: dict = dataclasses.field(default_factory=dict)  # batch -> Interpreter
+  interpreters: dict = dataclasses.field(default_factory=dict)  # batch -> _Bound
 
 
 @dataclasses.dataclass
@@ -100,6 +115,9 @@ class SegmentedModel:
 
   def __init__(self, model_bytes: bytes, kernels: str = "reference",
                host_kernels: dict[str, Callable] | None = None, num_threads: int = 1):
+    # num_threads=1 per segment interpreter: small segments gain nothing from
+    # threads, and on the shared 2-core host they only contend. Compare with
+    # a plain interpreter at the same count (benchmarks/bench_eval_overhead.py).
     if kernels not in KERNEL_MODES:
       raise ValueError(f"kernels must be one of {sorted(KERNEL_MODES)}, not {kernels!r}")
     self.kernels = kernels
@@ -157,6 +175,20 @@ class SegmentedModel:
       self._steps.append(("segment", _Segment(_segment_model(model, ids, ins, outs),
                                               ins, outs)))
 
+    # FORGE node k writes y straight into the input buffer of segment k + 1 when
+    # that segment is the only reader of y (saves an allocation and a copy per
+    # site): step index -> position of y among that segment's inputs.
+    self._direct: dict[int, int] = {}
+    for k, (kind, step) in enumerate(self._steps[:-1]):
+      if not isinstance(step, ForgeNode) or step.output in self._graph_outputs:
+        continue
+      readers = [j for j, (kd, st) in enumerate(self._steps) if j > k and step.output in (
+          st.inputs if kd == "segment" else [st.input] if isinstance(st, ForgeNode)
+          else [st[2]])]
+      if readers == [k + 1] and self._steps[k + 1][0] == "segment":
+        self._direct[k] = self._steps[k + 1][1].inputs.index(step.output)
+    self._forge_out: dict[tuple, np.ndarray] = {}  # (step, shape) -> reused y
+
   def _host_node(self, model, i: int):
     sg = model.subgraphs[0]
     op = sg.operators[i]
@@ -196,18 +228,20 @@ class SegmentedModel:
 
   # -- execution ------------------------------------------------------------------
 
-  def _interpreter(self, seg: _Segment, values: dict[int, np.ndarray]) -> Interpreter:
-    batch = values[seg.inputs[0]].shape[0] if seg.inputs else 1
-    it = seg.interpreters.get(batch)
-    if it is None:
+  def _bound(self, seg: _Segment, shapes: list[tuple]) -> _Bound:
+    batch = shapes[0][0] if shapes else 1
+    bound = seg.interpreters.get(batch)
+    if bound is None:
       it = Interpreter(model_content=seg.model_bytes, num_threads=self.num_threads,
                        experimental_op_resolver_type=KERNEL_MODES[self.kernels],
                        experimental_preserve_all_tensors=False)
-      for detail, t in zip(it.get_input_details(), seg.inputs):
-        it.resize_tensor_input(detail["index"], list(values[t].shape), strict=False)
+      ins = [d["index"] for d in it.get_input_details()]
+      for i, shape in zip(ins, shapes):
+        it.resize_tensor_input(i, list(shape), strict=False)
       it.allocate_tensors()
-      seg.interpreters[batch] = it
-    return it
+      bound = _Bound(it, ins, [d["index"] for d in it.get_output_details()])
+      seg.interpreters[batch] = bound
+    return bound
 
   def run(self, x: np.ndarray, mode: str = ADAPT) -> np.ndarray:
     """Runs a batch of int8 inputs [N, ...]; returns the int8 output.
@@ -221,28 +255,55 @@ class SegmentedModel:
     if tuple(x.shape[1:]) != self.input_shape:
       raise ValueError(f"input shape {x.shape[1:]} does not match model {self.input_shape}")
     values: dict[int, np.ndarray] = {self._graph_inputs[0]: np.ascontiguousarray(x)}
-    for kind, step in self._steps:
-      if kind == "segment":
-        it = self._interpreter(step, values)
-        for detail, t in zip(it.get_input_details(), step.inputs):
-          it.set_tensor(detail["index"], values[t])
-        it.invoke()
-        for detail, t in zip(it.get_output_details(), step.outputs):
-          # A view, not a copy: valid until this segment runs again (next batch),
-          # by which time this run's `values` are gone.
-          values[t] = it.tensor(detail["index"])()
-      elif isinstance(step, ForgeNode):
-        if self.forge_kernel is not None:
-          values[step.output] = self.forge_kernel(step, values[step.input], mode)
+    written: dict[int, tuple] = {}  # Tensor -> shape, already in its reader's input.
+    try:
+      for k, (kind, step) in enumerate(self._steps):
+        if kind == "segment":
+          bound = self._bound(step, [written[t] if t in written else values[t].shape
+                                     for t in step.inputs])
+          it = bound.it
+          for i, t in zip(bound.ins, step.inputs):
+            if t not in written:
+              it.set_tensor(i, values[t])
+          it.invoke()
+          for i, t in zip(bound.outs, step.outputs):
+            # A view, not a copy: valid until this segment runs again (next batch),
+            # by which time this run's `values` are gone.
+            values[t] = it.tensor(i)()
+        elif isinstance(step, ForgeNode):
+          self._run_forge(k, step, values, written, mode)
         else:
-          values[step.output] = forge_recalib_c(values[step.input], step.state,
-                                                step.options, step.quant, mode=mode)
-      else:
-        name, op, t_in, t_out = step
-        values[t_out] = self._host_kernels[name](values[t_in], op)
-    result = np.array(values[self._graph_outputs[0]])  # Own copy for the caller.
-    values.clear()  # Drop the views before any segment can run again.
-    return result
+          name, op, t_in, t_out = step
+          values[t_out] = self._host_kernels[name](values[t_in], op)
+      return np.array(values[self._graph_outputs[0]])  # Own copy for the caller.
+    finally:
+      values.clear()  # Drop the views before any segment can run again.
+
+  def _run_forge(self, k: int, node: ForgeNode, values: dict, written: dict,
+                 mode: str) -> None:
+    x = values[node.input]
+    if self.forge_kernel is not None:
+      values[node.output] = self.forge_kernel(node, x, mode)
+      return
+    pos = self._direct.get(k)
+    if pos is None:
+      out = self._forge_out.get((k, x.shape))
+      if out is None:
+        out = self._forge_out[(k, x.shape)] = np.empty_like(x)
+      # Reused per batch: like the segment views, valid until the next run().
+      values[node.output] = forge_recalib_c(x, node.state, node.options, node.quant,
+                                            mode=mode, out=out)
+      return
+    seg = self._steps[k + 1][1]
+    bound = self._bound(seg, [x.shape if t == node.output else
+                              written[t] if t in written else values[t].shape
+                              for t in seg.inputs])
+    buf = bound.it.tensor(bound.ins[pos])()
+    try:
+      forge_recalib_c(x, node.state, node.options, node.quant, mode=mode, out=buf)
+    finally:
+      del buf  # LiteRT refuses to invoke while a view of its tensors is alive.
+    written[node.output] = x.shape
 
   def quantize_input(self, x_float: np.ndarray) -> np.ndarray:
     scale, zp = self.input_quant

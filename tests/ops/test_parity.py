@@ -2,7 +2,12 @@
 
 Both per-element paths of the C core (affine and 256-entry LUT) are checked
 against the reference from identical states; a stream carries the state over
-several steps. Most cases are small so the whole file takes seconds.
+several steps. `forge_recalib_c` runs the variant the binding uses by default
+(forge_recalib_s8_x86 with the best loops of this CPU, see
+ops.c_core_variant()); the plain forge_recalib_s8_ansi and the AVX2-capped
+variant are checked too, against the reference and directly against each
+other over every channel-count class of the x86 loops. Most cases are small
+so the whole file takes seconds.
 """
 
 import time
@@ -28,21 +33,23 @@ def _bits(a):
   return np.ascontiguousarray(a).view(np.uint32)
 
 
-def _run_stream(case) -> int:
+# (path, variant) runs compared with the reference in every stream.
+_RUNS = [("affine", "default"), ("lut", "default"), ("affine", "ansi")]
+
+
+def _run_stream(case, runs=_RUNS) -> int:
   ref = ops.RecalibState(case.beta, case.gamma_abs)
-  affine, lut = ref.copy(), ref.copy()
+  states = [ref.copy() for _ in runs]
   for step, (x, mode) in enumerate(zip(case.batches, case.modes)):
     y_ref = ops.forge_recalib_reference(x, ref, case.opts, case.quant, mode)
-    y_aff = ops.forge_recalib_c(x, affine, case.opts, case.quant, mode,
-                                path="affine")
-    y_lut = ops.forge_recalib_c(x, lut, case.opts, case.quant, mode, path="lut")
-    where = f"step {step} of {case.opts} {case.quant} shape {x.shape} {mode}"
-    np.testing.assert_array_equal(y_aff, y_ref, err_msg=where)
-    np.testing.assert_array_equal(y_lut, y_ref, err_msg=where)
-    np.testing.assert_array_equal(_bits(affine.data), _bits(ref.data),
-                                  err_msg=where)
-    np.testing.assert_array_equal(_bits(lut.data), _bits(ref.data),
-                                  err_msg=where)
+    for (path, variant), state in zip(runs, states):
+      y = ops.forge_recalib_c(x, state, case.opts, case.quant, mode, path=path,
+                              variant=variant)
+      where = (f"{path}/{variant} step {step} of {case.opts} {case.quant} "
+               f"shape {x.shape} {mode}")
+      np.testing.assert_array_equal(y, y_ref, err_msg=where)
+      np.testing.assert_array_equal(_bits(state.data), _bits(ref.data),
+                                    err_msg=where)
     # SPEC bounds on scales/targets keep the state finite (no NaN poisoning).
     assert np.all(np.isfinite(ref.data)), where
   return len(case.batches)
@@ -77,3 +84,78 @@ def test_parity_auto_path_and_in_place():
       ops.forge_recalib_c(x_inplace, auto, case.opts, case.quant, out=x_inplace)
       np.testing.assert_array_equal(x_inplace, y_ref)
       np.testing.assert_array_equal(_bits(auto.data), _bits(ref.data))
+
+
+def test_binding_default_is_the_host_variant():
+  # What the binding runs by default is what the tests above checked.
+  from forge_tflm.ops import _forge_recalib_core as core
+  assert ops.c_core_variant() == core.DEFAULT_VARIANT
+  assert ops.c_core_variant() in ("x86_avx512", "x86_avx2", "ansi")
+  with pytest.raises(ValueError, match="variant"):
+    ops.forge_recalib_c(np.zeros((1, 2), np.int8), ops.RecalibState(
+        np.zeros(2, np.float32), np.ones(2, np.float32)),
+                        ops.RecalibOptions(momentum=0.1),
+                        ops.QuantParams(0.1, 0, 0.1, 0), variant="sse")
+
+
+# Channel counts for every kind of x86 loop: multiples of the vector width
+# (lanes = channels), divisors of it, other C with lcm(C, width) <= 2048 (per
+# lane coefficient/sum arrays), and C whose period is too long (ansi loops).
+_VARIANT_CHANNELS = (list(range(1, 70)) +
+                     [96, 100, 127, 128, 160, 192, 255, 256, 1000, 1024, 1056])
+
+
+@pytest.mark.parametrize("c", _VARIANT_CHANNELS)
+def test_x86_variants_equal_ansi(c):
+  """forge_recalib_s8_x86 (default and AVX2-capped) == forge_recalib_s8_ansi,
+  outputs and state, with row counts that leave a scalar tail or not, adapt
+  and frozen, in place too."""
+  rng = np.random.default_rng(1000 + c)
+  for trial in range(6):
+    n = int(rng.integers(1, 9))
+    h, w = (int(v) for v in rng.integers(1, 12, size=2))
+    if trial == 0:
+      n, h, w = 64, 1, 1  # 64 rows: whole periods for every c.
+    case = cases.random_case(rng, shape=(n, h, w, c), steps=3)
+    variants = ("ansi", "default", "avx2")
+    states = {v: ops.RecalibState(case.beta, case.gamma_abs) for v in variants}
+    for step, (x, mode) in enumerate(zip(case.batches, case.modes)):
+      ys = {}
+      for v in variants:
+        y = x.copy() if v == "avx2" else None  # In place for one of them.
+        ys[v] = ops.forge_recalib_c(y if y is not None else x, states[v],
+                                    case.opts, case.quant, mode, path="affine",
+                                    variant=v, out=y)
+      for v in variants[1:]:
+        where = f"{v} c={c} trial {trial} step {step} {x.shape} {mode}"
+        np.testing.assert_array_equal(ys[v], ys["ansi"], err_msg=where)
+        np.testing.assert_array_equal(_bits(states[v].data),
+                                      _bits(states["ansi"].data), err_msg=where)
+
+
+def test_x86_affine_edge_values_equal_ansi():
+  """Coefficients that overflow (A = inf, B = +-inf, NaN products) and values
+  landing exactly on the clamp bounds and rounding ties, every int8 input."""
+  q = np.arange(-128, 128, dtype=np.int8)
+  x = np.ascontiguousarray(np.tile(q[:, None], (1, 32)))  # [256, 32]
+  rng = np.random.default_rng(5)
+  opts_list = [ops.RecalibOptions(momentum=0.0, eps=1e-45, activation=a)
+               for a in ("none", "relu", "relu6")]
+  for opts in opts_list:
+    for _ in range(20):
+      beta = rng.choice([0.0, 2.0**40, -2.0**40, 0.5, -0.5, 1e-30], size=32)
+      gamma = rng.choice([0.0, 2.0**40, 1.0, 1e-30], size=32)
+      quant = ops.QuantParams(float(rng.choice([2.0**-40, 1.0, 2.0**40])),
+                              int(rng.integers(-128, 128)),
+                              float(rng.choice([2.0**-40, 1.0, 0.5, 2.0**40])),
+                              int(rng.integers(-128, 128)))
+      base = ops.RecalibState(beta.astype(np.float32), gamma.astype(np.float32))
+      base.data[32:] = rng.choice([0.0, 1.0, 2.0**80], size=32)  # var
+      ys = {}
+      for v in ("ansi", "default", "avx2"):
+        st = base.copy()
+        ys[v] = ops.forge_recalib_c(x, st, opts, quant, "frozen", path="affine",
+                                    variant=v)
+      ref = ops.forge_recalib_reference(x, base.copy(), opts, quant, "frozen")
+      for v in ys:
+        np.testing.assert_array_equal(ys[v], ref, err_msg=f"{v} {opts} {quant}")

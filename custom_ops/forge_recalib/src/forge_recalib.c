@@ -3,7 +3,9 @@
  * Arithmetic is normative (custom_ops/forge_recalib/SPEC.md); every float
  * expression below is a separately rounded float32 operation in the spec's
  * order. Optimized variants (e.g. forge_recalib_s8_esp32s3) must be bit-exact
- * to this file.
+ * to this file. With FORGE_RECALIB_X86 (host build, setup.py) it also defines
+ * forge_recalib_s8_x86*, the same invocation with the hot loops of
+ * forge_recalib_x86.c; without it this file is plain C99 as before.
  */
 #include "forge_recalib.h"
 
@@ -286,13 +288,15 @@ static void lut_pass(const int8_t* x, int8_t* y, int32_t M, int32_t C,
   }
 }
 
-int forge_recalib_s8_ansi_path(const int8_t* x, int8_t* y, int32_t N,
-                               int32_t HW, int32_t C, const float* beta,
-                               const float* gamma_abs, float* state,
-                               const forge_recalib_options* opts,
-                               const forge_recalib_quant* quant, int32_t mode,
-                               int32_t path, void* scratch,
-                               size_t scratch_bytes, const char** msg) {
+/* The whole invocation; `simd` > 0 (a FORGE_RECALIB_X86_* cap) lets the host
+ * build's x86 loops (forge_recalib_x86.c) replace stats_pass/affine_pass when
+ * they apply. */
+static int s8_run(const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
+                  const float* beta, const float* gamma_abs, float* state,
+                  const forge_recalib_options* opts,
+                  const forge_recalib_quant* quant, int32_t mode, int32_t path,
+                  void* scratch, size_t scratch_bytes, const char** msg,
+                  int simd) {
   int32_t M, c;
   int status;
   int use_lut;
@@ -300,6 +304,7 @@ int forge_recalib_s8_ansi_path(const int8_t* x, int8_t* y, int32_t N,
   int32_t *s1, *s2_blk;
   float *a, *b;
   uint8_t* base = (uint8_t*)scratch;
+  (void)simd; /* Unused without FORGE_RECALIB_X86. */
 
   if (x == NULL || y == NULL || beta == NULL || gamma_abs == NULL ||
       state == NULL || opts == NULL || quant == NULL || scratch == NULL) {
@@ -365,7 +370,10 @@ int forge_recalib_s8_ansi_path(const int8_t* x, int8_t* y, int32_t N,
       m = opts->momentum;
     }
     om = 1.0f - m;
-    stats_pass(x, M, C, s2, s1, s2_blk);
+#ifdef FORGE_RECALIB_X86
+    if (!(simd > 0 && forge_recalib_x86_stats(x, M, C, s2, s1, s2_blk, simd)))
+#endif
+      stats_pass(x, M, C, s2, s1, s2_blk);
     for (c = 0; c < C; ++c) {
       const int64_t s1c = s1[c];
       const float mq = (float)(s1c - m64 * quant->z_x) / m_f;
@@ -395,9 +403,23 @@ int forge_recalib_s8_ansi_path(const int8_t* x, int8_t* y, int32_t N,
   if (use_lut) {
     lut_pass(x, y, M, C, a, b, quant, (int8_t*)(base + (size_t)24 * (size_t)C));
   } else {
-    affine_pass(x, y, M, C, a, b, quant);
+#ifdef FORGE_RECALIB_X86
+    if (!(simd > 0 && forge_recalib_x86_affine(x, y, M, C, a, b, quant, simd)))
+#endif
+      affine_pass(x, y, M, C, a, b, quant);
   }
   return set_msg(msg, FORGE_RECALIB_OK, "ok");
+}
+
+int forge_recalib_s8_ansi_path(const int8_t* x, int8_t* y, int32_t N,
+                               int32_t HW, int32_t C, const float* beta,
+                               const float* gamma_abs, float* state,
+                               const forge_recalib_options* opts,
+                               const forge_recalib_quant* quant, int32_t mode,
+                               int32_t path, void* scratch,
+                               size_t scratch_bytes, const char** msg) {
+  return s8_run(x, y, N, HW, C, beta, gamma_abs, state, opts, quant, mode,
+                path, scratch, scratch_bytes, msg, 0);
 }
 
 int forge_recalib_s8_ansi(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
@@ -410,3 +432,28 @@ int forge_recalib_s8_ansi(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
                                     opts, quant, mode, FORGE_RECALIB_PATH_AUTO,
                                     scratch, scratch_bytes, msg);
 }
+
+#ifdef FORGE_RECALIB_X86
+int forge_recalib_s8_x86_path(const int8_t* x, int8_t* y, int32_t N,
+                              int32_t HW, int32_t C, const float* beta,
+                              const float* gamma_abs, float* state,
+                              const forge_recalib_options* opts,
+                              const forge_recalib_quant* quant, int32_t mode,
+                              int32_t path, int32_t max_isa, void* scratch,
+                              size_t scratch_bytes, const char** msg) {
+  return s8_run(x, y, N, HW, C, beta, gamma_abs, state, opts, quant, mode,
+                path, scratch, scratch_bytes, msg,
+                max_isa > 0 ? max_isa : FORGE_RECALIB_X86_NONE);
+}
+
+int forge_recalib_s8_x86(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
+                         int32_t C, const float* beta, const float* gamma_abs,
+                         float* state, const forge_recalib_options* opts,
+                         const forge_recalib_quant* quant, int32_t mode,
+                         void* scratch, size_t scratch_bytes,
+                         const char** msg) {
+  return s8_run(x, y, N, HW, C, beta, gamma_abs, state, opts, quant, mode,
+                FORGE_RECALIB_PATH_AUTO, scratch, scratch_bytes, msg,
+                FORGE_RECALIB_X86_AVX512);
+}
+#endif  /* FORGE_RECALIB_X86 */

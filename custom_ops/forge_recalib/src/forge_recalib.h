@@ -152,6 +152,47 @@ int forge_recalib_s8_ansi_path(const int8_t* x, int8_t* y, int32_t N,
                                int32_t path, void* scratch,
                                size_t scratch_bytes, const char** msg);
 
+#ifdef FORGE_RECALIB_X86
+/* Host-only variant (the Python extension defines FORGE_RECALIB_X86; MCU and
+ * TFLM builds never see it): same contract and results, bit for bit, as
+ * forge_recalib_s8_ansi*. On x86-64 the stats and affine passes use the
+ * AVX2 / AVX-512F loops of forge_recalib_x86.c when the CPU has them (checked
+ * at run time); elsewhere, for channel counts those loops do not cover and on
+ * the LUT path the ansi loops run. */
+int forge_recalib_s8_x86(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
+                         int32_t C, const float* beta, const float* gamma_abs,
+                         float* state, const forge_recalib_options* opts,
+                         const forge_recalib_quant* quant, int32_t mode,
+                         void* scratch, size_t scratch_bytes,
+                         const char** msg);
+
+/* Instruction sets of the x86 loops, in order. */
+#define FORGE_RECALIB_X86_NONE 0
+#define FORGE_RECALIB_X86_AVX2 1
+#define FORGE_RECALIB_X86_AVX512 2
+
+/* Same, with the path forced and the instruction set capped at max_isa (the
+ * best the CPU has below it is used): tests and benchmarks. */
+int forge_recalib_s8_x86_path(const int8_t* x, int8_t* y, int32_t N,
+                              int32_t HW, int32_t C, const float* beta,
+                              const float* gamma_abs, float* state,
+                              const forge_recalib_options* opts,
+                              const forge_recalib_quant* quant, int32_t mode,
+                              int32_t path, int32_t max_isa, void* scratch,
+                              size_t scratch_bytes, const char** msg);
+/* The best FORGE_RECALIB_X86_* this machine runs (0 off x86 / without AVX2). */
+int forge_recalib_x86_active(void);
+/* Internal (forge_recalib_x86.c -> forge_recalib.c): the stats pass and the
+ * affine per-element pass over x[M][C]; return 0 without touching anything
+ * when they do not apply (then the ansi loops run). */
+int forge_recalib_x86_stats(const int8_t* x, int32_t M, int32_t C,
+                            int64_t* s2, int32_t* s1, int32_t* s2_blk,
+                            int max_isa);
+int forge_recalib_x86_affine(const int8_t* x, int8_t* y, int32_t M, int32_t C,
+                             const float* a, const float* b,
+                             const forge_recalib_quant* quant, int max_isa);
+#endif  /* FORGE_RECALIB_X86 */
+
 #ifdef __cplusplus
 }  /* extern "C" */
 #endif
