@@ -64,3 +64,20 @@ def nested_model(size: int = 16) -> keras.Model:
 
 def random_images(n: int, size: int = 16, seed: int = 0) -> np.ndarray:
   return np.random.default_rng(seed).integers(0, 256, (n, size, size, 3), dtype=np.uint8)
+
+
+def convert_tiny(directory, options=None, size: int = 16, calibration: int = 32):
+  """Saves tiny_resnet to `directory` and converts it; returns (keras path, result)."""
+  import os
+
+  from forge_tflm.converter.options import ConvertOptions
+  from forge_tflm.converter.pipeline import convert
+  from forge_tflm.data.imageset import ImageSet
+
+  src = os.path.join(str(directory), "tiny.keras")
+  tiny_resnet(size=size).save(src)
+  calib = ImageSet(random_images(calibration, size=size), np.zeros(calibration, np.int64),
+                   ("x",), "generated")
+  result = convert(src, os.path.join(str(directory), "tiny.tflite"), calib,
+                   options or ConvertOptions())
+  return src, result

@@ -6,8 +6,6 @@ import numpy as np
 import pytest
 
 from forge_tflm.converter.options import ConvertOptions, InputContract
-from forge_tflm.converter.pipeline import convert
-from forge_tflm.data.imageset import ImageSet
 from forge_tflm.evaluate import report
 from forge_tflm.evaluate.protocol import EvalConfig, Stream, evaluate, ordering
 from forge_tflm.evaluate.run import run_evaluation
@@ -17,12 +15,8 @@ from tests.converter import tiny_models
 @pytest.fixture(scope="module")
 def artifact(tmp_path_factory):
   d = tmp_path_factory.mktemp("eval")
-  src = str(d / "tiny.keras")
-  tiny_models.tiny_resnet().save(src)
-  calib = ImageSet(tiny_models.random_images(32), np.zeros(32, np.int64), ("x",), "gen")
-  out = str(d / "tiny.tflite")
-  convert(src, out, calib, ConvertOptions(momentum=0.2, window=None))
-  return src, out
+  src, _ = tiny_models.convert_tiny(d, ConvertOptions(momentum=0.2, window=None))
+  return src, str(d / "tiny.tflite")
 
 
 def _streams(n=48):

@@ -7,8 +7,6 @@ from ai_edge_litert.interpreter import Interpreter
 
 from forge_tflm import tflite_graph as tg
 from forge_tflm.converter.options import ConvertOptions, InputContract
-from forge_tflm.converter.pipeline import convert
-from forge_tflm.data.imageset import ImageSet
 from forge_tflm.ops import forge_recalib_c
 from forge_tflm.runtime.segmented import KERNEL_MODES, SegmentedModel
 from tests.converter import tiny_models
@@ -18,11 +16,7 @@ IDENTITY = "TEST_IDENTITY"
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-  d = tmp_path_factory.mktemp("seg")
-  src = str(d / "tiny.keras")
-  tiny_models.tiny_resnet().save(src)
-  calib = ImageSet(tiny_models.random_images(32), np.zeros(32, np.int64), ("x",), "gen")
-  r = convert(src, str(d / "f.tflite"), calib, ConvertOptions(window=640))
+  _, r = tiny_models.convert_tiny(tmp_path_factory.mktemp("seg"), ConvertOptions(window=640))
   return r.plain_tflite, r.tflite
 
 

@@ -1,0 +1,49 @@
+"""`forge_tflm eval` end to end: generated corruptions of an image folder, all reports."""
+
+import json
+
+import pytest
+
+from forge_tflm.cli import main as cli
+from forge_tflm.converter.options import ConvertOptions
+from tests.converter import tiny_models
+from tests.data import fixtures
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+  d = tmp_path_factory.mktemp("cli_eval")
+  src, _ = tiny_models.convert_tiny(d, ConvertOptions(window=64), size=32)
+  data_dir = fixtures.write_image_folder(str(d / "data"), fixtures.image_folder_entries(6))
+  return d, src, data_dir
+
+
+def test_eval_writes_reports(setup, capsys):
+  d, src, data_dir = setup
+  out = d / "eval"
+  code = cli.main(["forge_tflm", "eval", f"--artifact={d / 'tiny.tflite'}",
+                   f"--keras_model={src}", f"--data_dir={data_dir}",
+                   "--methods=source,forge,bn-adapt", "--corruptions=contrast,fog",
+                   "--include_clean", "--batch_size=4", "--orderings=2",
+                   f"--output_dir={out}"])
+  assert code == 0, capsys.readouterr().err
+  assert "| contrast" in capsys.readouterr().out
+  doc = json.loads((out / "results.json").read_text())
+  assert doc["command"].startswith("forge_tflm eval --artifact=")
+  assert set(doc["results"]) == {"source", "forge", "bn-adapt"}
+  assert set(doc["results"]["forge"]["streams"]) == {"clean", "contrast", "fog"}
+  assert len(doc["results"]["forge"]["streams"]["fog"]["accuracy"]) == 2
+  assert doc["streams"] == {"clean": 18, "contrast": 18, "fog": 18}
+  for ext in ("csv", "md", "png"):
+    assert (out / f"results.{ext}").exists()
+
+
+def test_eval_errors(setup, capsys, tmp_path):
+  d, _, data_dir = setup
+  assert cli.main(["forge_tflm", "eval", f"--data_dir={data_dir}",
+                   f"--output_dir={tmp_path}"]) == 1
+  assert "--artifact" in capsys.readouterr().err
+  assert cli.main(["forge_tflm", "eval", f"--artifact={d / 'tiny.tflite'}",
+                   "--methods=forge,magic", f"--data_dir={data_dir}",
+                   f"--output_dir={tmp_path}"]) == 1
+  assert "unknown method" in capsys.readouterr().err
