@@ -44,7 +44,7 @@ def load_onnx_model(path: str):
   for init in model.graph.initializer:
     if init.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.INT64,
                               onnx.TensorProto.INT32):
-      raise ConversionError(f"model {path!r} is not a float model (initializer"
+      raise ConversionError(f"model {path!r} is not a float32 model (initializer"
                             f" {init.name} has ONNX type {init.data_type})")
   return model
 

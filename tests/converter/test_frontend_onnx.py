@@ -129,3 +129,15 @@ def test_unreadable_and_missing(tmp_path):
     frontend_onnx.load_onnx_model(str(bad))
   with pytest.raises(ConversionError, match="does not exist"):
     frontend_onnx.load_onnx_model(str(tmp_path / "none.onnx"))
+
+
+def test_non_float_model_is_rejected(tmp_path):
+  src = str(tmp_path / "m.onnx")
+  onnx_models.tiny_onnx_resnet(src)
+  model = onnx.load(src)
+  w = next(i for i in model.graph.initializer if i.name == "stem_w")
+  from onnx import numpy_helper
+  w.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(w).astype(np.float16), "stem_w"))
+  onnx.save(model, str(tmp_path / "half.onnx"))
+  with pytest.raises(ConversionError, match="not a float32 model"):
+    frontend_onnx.load_onnx_model(str(tmp_path / "half.onnx"))
