@@ -7,6 +7,10 @@ the eval-mode model without constant folding, which is what fuses BN into Conv:
                       do_constant_folding=False,
                       training=torch.onnx.TrainingMode.PRESERVE)
 
+(PRESERVE keeps an eval-mode model out of the exporter's eval peephole pass,
+which is where Conv+BN get fused. Not yet exercised by the tests, which build
+the ONNX graph with the onnx helper API.)
+
 onnx2tf turns the graph into a TensorFlow SavedModel (NHWC), which is then
 quantized like the Keras path. onnx2tf fetches sample images from the internet
 when a model has image inputs unless a file of that name exists in its working
