@@ -8,8 +8,8 @@ the eval-mode model without constant folding, which is what fuses BN into Conv:
                       training=torch.onnx.TrainingMode.PRESERVE)
 
 (PRESERVE keeps an eval-mode model out of the exporter's eval peephole pass,
-which is where Conv+BN get fused. Not yet exercised by the tests, which build
-the ONNX graph with the onnx helper API.)
+which is where Conv+BN get fused; tests/converter/test_frontend_onnx.py runs
+this recipe end to end.)
 
 onnx2tf turns the graph into a TensorFlow SavedModel (NHWC), which is then
 quantized like the Keras path. onnx2tf fetches sample images from the internet
@@ -70,10 +70,65 @@ class _Graph:
       for i in n.input:
         self.consumers.setdefault(i, []).append(n)
 
+  def resolve(self, name: str) -> np.ndarray | None:
+    """The constant value of tensor `name`, looking through Identity and Cast.
+
+    A PyTorch export without constant folding routes parameters through
+    Identity nodes and Clip bounds through Cast nodes.
+    """
+    from onnx import helper
+
+    for _ in range(8):
+      if name in self.consts:
+        return self.consts[name]
+      node = self.producer.get(name)
+      if node is None or node.op_type not in ("Identity", "Cast"):
+        return None
+      if node.op_type == "Cast":
+        value = self.resolve(node.input[0])
+        if value is None:
+          return None
+        to = helper.tensor_dtype_to_np_dtype(_attr(node, "to"))
+        return value.astype(to)
+      name = node.input[0]
+    return None
+
   def const(self, name: str, what: str) -> np.ndarray:
-    if name not in self.consts:
+    value = self.resolve(name)
+    if value is None:
       raise ConversionError(f"{what} ({name}) is not a constant")
-    return self.consts[name]
+    return value
+
+
+def fold_constant_plumbing(model):
+  """Turns Constant nodes, and Identity/Cast nodes of constants, into initializers.
+
+  A PyTorch export without constant folding (needed to keep BN) routes weights
+  through Identity and Clip bounds through Constant->Cast; onnx2tf's Clip
+  handler cannot take non-constant bounds, and onnxsim (which would fold them)
+  is not used. Only this plumbing is folded: BN and Conv nodes stay.
+  """
+  import onnx
+  from onnx import numpy_helper
+
+  m = onnx.ModelProto()
+  m.CopyFrom(model)
+  g = _Graph(m)
+  keep, new_inits = [], []
+  graph_outputs = {o.name for o in m.graph.output}
+  for node in m.graph.node:
+    foldable = node.op_type == "Constant" or (
+        node.op_type in ("Identity", "Cast") and g.resolve(node.input[0]) is not None)
+    if foldable and node.output[0] not in graph_outputs:
+      value = g.resolve(node.output[0])
+      if value is not None:
+        new_inits.append(numpy_helper.from_array(np.asarray(value), node.output[0]))
+        continue
+    keep.append(node)
+  del m.graph.node[:]
+  m.graph.node.extend(keep)
+  m.graph.initializer.extend(new_inits)
+  return m
 
 
 def _attr(node, name, default=None):
@@ -100,9 +155,11 @@ def _activation_after(g: _Graph, bn) -> str:
     lo = _attr(n, "min")
     hi = _attr(n, "max")
     if len(n.input) > 1 and n.input[1]:
-      lo = float(g.consts.get(n.input[1], np.nan))
+      v = g.resolve(n.input[1])
+      lo = float(v) if v is not None else None
     if len(n.input) > 2 and n.input[2]:
-      hi = float(g.consts.get(n.input[2], np.nan))
+      v = g.resolve(n.input[2])
+      hi = float(v) if v is not None else None
     if lo == 0.0 and hi == 6.0:
       return "relu6"
   return "none"
@@ -266,10 +323,14 @@ def onnx_to_saved_model(path: str, workdir: str, calibration_nhwc: np.ndarray) -
   return out
 
 
-def convert_onnx_int8(path: str, calibration_nhwc: np.ndarray) -> bytes:
+def convert_onnx_int8(model, calibration_nhwc: np.ndarray) -> bytes:
+  import onnx
+
   from forge_tflm.converter.quantize import convert_saved_model_int8
 
   with tempfile.TemporaryDirectory(prefix="forge_onnx2tf_") as workdir:
+    path = os.path.join(workdir, "model.onnx")
+    onnx.save(model, path)
     saved_model = onnx_to_saved_model(path, workdir, calibration_nhwc)
     return convert_saved_model_int8(saved_model, calibration_nhwc)
 
@@ -281,7 +342,7 @@ class OnnxFrontend:
 
   def __init__(self, path: str):
     self.path = path
-    self.model = load_onnx_model(path)
+    self.model = fold_constant_plumbing(load_onnx_model(path))
 
   @property
   def input_shape(self) -> tuple[int, ...]:
@@ -291,7 +352,7 @@ class OnnxFrontend:
     return find_onnx_sites(self.model)
 
   def quantize_int8(self, calibration_inputs: np.ndarray) -> bytes:
-    return convert_onnx_int8(self.path, calibration_inputs)
+    return convert_onnx_int8(self.model, calibration_inputs)
 
   def bn_output_ranges(self, sites: list[BNSite], calibration_inputs: np.ndarray):
     return bn_output_ranges_onnx(self.model, sites, calibration_inputs)

@@ -141,3 +141,40 @@ def test_non_float_model_is_rejected(tmp_path):
   onnx.save(model, str(tmp_path / "half.onnx"))
   with pytest.raises(ConversionError, match="not a float32 model"):
     frontend_onnx.load_onnx_model(str(tmp_path / "half.onnx"))
+
+
+def test_pytorch_export_recipe_keeps_bn_and_converts(tmp_path):
+  """The README's export recipe, end to end (needs the local torch 2.13.0 wheel)."""
+  torch = pytest.importorskip("torch", reason="needs torch (pip install torch==2.13.0)")
+  nn = torch.nn
+
+  class Net(nn.Module):
+    def __init__(self):
+      super().__init__()
+      self.c1, self.b1 = nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+      self.c2 = nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
+      self.b2 = nn.BatchNorm2d(8)
+      self.fc = nn.Linear(8, 10)
+
+    def forward(self, x):
+      x = torch.relu(self.b1(self.c1(x)))
+      x = nn.functional.relu6(self.b2(self.c2(x)))
+      return self.fc(x.mean((2, 3)))
+
+  torch.manual_seed(0)
+  net = Net()
+  for bn in (net.b1, net.b2):  # Non-trivial statistics, as after training.
+    bn.running_mean.uniform_(-0.5, 0.5)
+    bn.running_var.uniform_(0.5, 2.0)
+    bn.weight.data.uniform_(0.5, 1.5)
+    bn.bias.data.uniform_(-0.3, 0.3)
+  path = str(tmp_path / "net.onnx")
+  torch.onnx.export(net.eval(), torch.randn(1, 3, 16, 16), path, dynamo=False,
+                    do_constant_folding=False, training=torch.onnx.TrainingMode.PRESERVE)
+  sites = frontend_onnx.find_onnx_sites(onnx.load(path))
+  assert [(s.kind, s.activation, s.channels) for s in sites] == [
+      ("conv", "relu", 8), ("depthwise", "relu6", 8)]
+  np.testing.assert_allclose(sites[0].beta, net.b1.bias.detach().numpy(), rtol=1e-6)
+  calib = ImageSet(tiny_models.random_images(32), np.zeros(32, np.int64), ("x",), "gen")
+  result = convert(path, str(tmp_path / "net_forge.tflite"), calib, ConvertOptions())
+  assert result.manifest["totals"]["sites"] == 2
