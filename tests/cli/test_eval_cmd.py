@@ -47,3 +47,17 @@ def test_eval_errors(setup, capsys, tmp_path):
                    "--methods=forge,magic", f"--data_dir={data_dir}",
                    f"--output_dir={tmp_path}"]) == 1
   assert "unknown method" in capsys.readouterr().err
+
+
+def test_eval_from_cifar_c_directory(setup, capsys, tmp_path):
+  d, _, _ = setup
+  cdir, arrays, labels = fixtures.write_cifar_c(str(tmp_path), n=8)
+  out = tmp_path / "eval"
+  code = cli.main(["forge_tflm", "eval", f"--artifact={d / 'tiny.tflite'}",
+                   "--corrupted_from=cifar_c", f"--cifar_c_dir={cdir}",
+                   "--corruptions=fog,gaussian_noise", "--severity=2", "--batch_size=4",
+                   f"--output_dir={out}"])
+  assert code == 0, capsys.readouterr().err
+  doc = json.loads((out / "results.json").read_text())
+  assert doc["streams"] == {"fog": 8, "gaussian_noise": 8}
+  assert "severity 2" in doc["data"]
