@@ -60,6 +60,24 @@ def _atomic_write_text(path: str, text: str) -> None:
   os.replace(tmp, path)
 
 
+def atomic_save_model(model, path: str) -> None:
+  """Saves a Keras model so that `path` is never left half-written.
+
+  A run stopped during a plain save would leave a corrupt checkpoint that
+  cannot be resumed; this writes a temporary file and renames it into place.
+  """
+  directory = os.path.dirname(os.path.abspath(path))
+  fd, tmp = tempfile.mkstemp(dir=directory, suffix=".keras")
+  os.close(fd)
+  try:
+    model.save(tmp)
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
+    raise
+
+
 def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
           output: str, command: str = "", checkpoint_dir: str | None = None) -> dict:
   """Trains `config.model` on `train_set`; writes `output` (.keras) and `output`.json.
@@ -140,7 +158,7 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
       entry["test_accuracy"] = float(acc)
     history.append(entry)
     logging.info("epoch %d/%d: %s", epoch + 1, config.epochs, json.dumps(entry))
-    model.save(weights_path)
+    atomic_save_model(model, weights_path)
     _atomic_write_text(state_path, json.dumps(
         {"config": dataclasses.asdict(config), "history": history}))
 
@@ -157,10 +175,6 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
       "versions": {"tensorflow": tf.__version__, "keras": keras.__version__,
                    "python": platform.python_version()},
   }
-  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(output)),
-                             suffix=".keras")
-  os.close(fd)
-  model.save(tmp)
-  os.replace(tmp, output)
+  atomic_save_model(model, output)
   _atomic_write_text(os.path.splitext(output)[0] + ".json", json.dumps(log, indent=2))
   return log
