@@ -1,8 +1,10 @@
-"""The 15 common corruptions of Hendrycks & Dietterich (CIFAR-10-C style).
+"""The 15 common corruptions of the CIFAR-10-C / Tiny-ImageNet-C benchmarks.
 
-Numpy/SciPy/OpenCV re-implementations of make_cifar_c.py (32x32) and
-make_tinyimagenet_c.py (64x64), batched, deterministic by seed, without
-ImageMagick. See params.py for the parameter tables.
+This project's own numpy/SciPy/OpenCV implementation of the corruptions defined
+by Hendrycks & Dietterich, "Benchmarking Neural Network Robustness to Common
+Corruptions and Perturbations" (ICLR 2019), with the benchmark's 32x32 (CIFAR)
+and 64x64 (Tiny-ImageNet) severity parameters (params.py): batched,
+deterministic by seed, without ImageMagick.
 
   corrupt(images, "fog", 5, seed=0)            # uint8 [N,H,W,3] -> same
   corrupt_cached(images, "fog", 5, cache_dir=...)  # computed once, then loaded

@@ -1,11 +1,9 @@
 """Severity tables of the two parameter sets (five entries = severities 1..5).
 
-Values are those of Hendrycks & Dietterich's generators in
-github.com/hendrycks/robustness, ImageNet-C/create_c/:
-  "cifar"        <- make_cifar_c.py        (32x32 images)
-  "tinyimagenet" <- make_tinyimagenet_c.py (64x64 images)
-Each entry lists the tuple that file's `c = [...][severity - 1]` selects, with
-the same field order; the comments name the fields.
+The numbers are the benchmark's definition (Hendrycks & Dietterich, ICLR 2019):
+"cifar" is the CIFAR-10-C / CIFAR-100-C set for 32x32 images, "tinyimagenet"
+the Tiny-ImageNet-C set for 64x64 images. Each entry is one severity's
+parameter tuple; the comments name the fields.
 """
 
 from __future__ import annotations
@@ -106,9 +104,9 @@ def severity_params(param_set: str, corruption: str, severity: int):
   return PARAMETER_SETS[param_set][corruption][severity - 1]
 
 # Mean absolute pixel difference (0..255) between severity-5 and clean images
-# of the CIFAR-10 test split, measured with the original make_cifar_c.py on
-# the project's copy of the data: the fidelity target of these
-# re-implementations (tests/corruptions/test_fidelity.py).
+# of the CIFAR-10 test split, measured with the benchmark's reference generator
+# on the project's copy of the data: the fidelity target of this
+# implementation (tests/corruptions/test_fidelity.py).
 CIFAR10_TEST_SEVERITY5_MAD = {
     "gaussian_noise": 19.5, "shot_noise": 18.3, "impulse_noise": 8.9,
     "defocus_blur": 9.5, "glass_blur": 17.7, "motion_blur": 15.4,
