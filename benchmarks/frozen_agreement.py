@@ -41,8 +41,7 @@ def main():
   args = p.parse_args()
 
   data = load_dataset(args.dataset, args.split, args.data_dir)
-  if args.limit:
-    data = data.take(np.sort(np.random.default_rng(0).permutation(len(data))[:args.limit]))
+  data = data.random_subset(args.limit, seed=0)
   contract = contract_from_manifest(manifest_for(args.artifact))
   forge = SegmentedModel(open(args.artifact, "rb").read(), args.kernels)
   plain = SegmentedModel(open(args.plain, "rb").read(), args.kernels)

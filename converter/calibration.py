@@ -59,9 +59,15 @@ def bn_output_ranges(model, sites: list[BNSite], inputs: np.ndarray, batch: int 
   with _recording(layers, sink):
     for i in range(0, len(inputs), batch):
       model(inputs[i:i + batch], training=False)
+  return range_stats(sink, keep, seed)
+
+
+def range_stats(parts_by_site: dict[str, list[np.ndarray]], keep: int = 200_000,
+                seed: int = 0) -> dict[str, RangeStats]:
+  """Min/max, count and a subsample of `keep` values per site, from its batches."""
   rng = np.random.default_rng(seed)
   stats = {}
-  for name, parts in sink.items():
+  for name, parts in parts_by_site.items():
     flat = np.concatenate([p.reshape(-1) for p in parts])
     sample = flat if flat.size <= keep else rng.choice(flat, keep, replace=False)
     stats[name] = RangeStats(float(flat.min()), float(flat.max()), int(flat.size), sample)

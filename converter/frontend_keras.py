@@ -12,7 +12,7 @@ from typing import Iterator
 
 import numpy as np
 
-from forge_tflm.converter.sites import BNSite, ConversionError, fold_scale
+from forge_tflm.converter.sites import BNSite, ConversionError, first_line, fold_scale
 
 # Layers that keep the shape and would silently sit between a conv and its BN.
 _MAX_WALK_BACK = 3
@@ -34,8 +34,7 @@ def load_keras_model(path: str):
   except ConversionError:
     raise
   except Exception as e:
-    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    raise ConversionError(f"cannot read Keras model {path!r}: {first}") from e
+    raise ConversionError(f"cannot read Keras model {path!r}: {first_line(e)}") from e
   for w in model.weights:
     if not str(w.dtype).startswith("float"):
       raise ConversionError(

@@ -26,7 +26,7 @@ import tempfile
 
 import numpy as np
 
-from forge_tflm.converter.sites import BNSite, ConversionError, fold_scale
+from forge_tflm.converter.sites import BNSite, ConversionError, first_line, fold_scale
 
 # The file onnx2tf looks for before downloading (onnx2tf.utils.common_functions).
 _ONNX2TF_SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
@@ -43,8 +43,7 @@ def load_onnx_model(path: str):
     model = onnx.load(path)
     onnx.checker.check_model(model)
   except Exception as e:
-    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    raise ConversionError(f"cannot read ONNX model {path!r}: {first}") from e
+    raise ConversionError(f"cannot read ONNX model {path!r}: {first_line(e)}") from e
   for init in model.graph.initializer:
     if init.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.INT64,
                               onnx.TensorProto.INT32):
@@ -248,7 +247,7 @@ def bn_output_ranges_onnx(model, sites: list[BNSite], nhwc_inputs: np.ndarray):
   import onnx
   import onnxruntime as ort
 
-  from forge_tflm.converter.calibration import RangeStats
+  from forge_tflm.converter.calibration import range_stats
 
   m = onnx.ModelProto()
   m.CopyFrom(model)
@@ -266,14 +265,7 @@ def bn_output_ranges_onnx(model, sites: list[BNSite], nhwc_inputs: np.ndarray):
     outs = sess.run(wanted, {input_name: nchw[i:i + batch]})
     for o, v in zip(wanted, outs):
       values[o].append(v.reshape(-1))
-  rng = np.random.default_rng(0)
-  stats = {}
-  for o in wanted:
-    flat = np.concatenate(values[o])
-    sample = flat if flat.size <= 200_000 else rng.choice(flat, 200_000, replace=False)
-    stats[bn_out[o]] = RangeStats(float(flat.min()), float(flat.max()), int(flat.size),
-                                  sample)
-  return stats
+  return range_stats({bn_out[o]: values[o] for o in wanted})
 
 
 @contextlib.contextmanager
@@ -318,8 +310,7 @@ def onnx_to_saved_model(path: str, workdir: str, calibration_nhwc: np.ndarray) -
     except ConversionError:
       raise
     except Exception as e:
-      first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-      raise ConversionError(f"onnx2tf failed: {first}") from e
+        raise ConversionError(f"onnx2tf failed: {first_line(e)}") from e
   return out
 
 

@@ -36,7 +36,7 @@ class InsertedSite:
   saturated_fraction: float
 
 
-def fused_activation(model, op) -> str:
+def fused_activation(op) -> str:
   code = op.builtinOptions.fusedActivationFunction
   if code not in _FUSED:
     raise ConversionError(f"conv op has unsupported fused activation code {code}")
@@ -58,7 +58,7 @@ def insert_recalib(model: "schema.ModelT", sites: list[BNSite], op_index: dict[s
   for site in sites:
     i = op_index[site.name]
     conv = subgraph.operators[i]
-    activation = fused_activation(model, conv)
+    activation = fused_activation(conv)
     out_idx = conv.outputs[0]
     out = subgraph.tensors[out_idx]
     out_quant = tg.per_tensor_quant(out)

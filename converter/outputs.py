@@ -1,4 +1,4 @@
-"""Conversion outputs: the JSON manifest and the firmware C array, written atomically."""
+"""Conversion outputs: the JSON manifest and the firmware C array."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 
 from forge_tflm.converter.insert import InsertedSite
 from forge_tflm.converter.options import ConvertOptions
@@ -96,26 +95,6 @@ def c_array_sources(tflite: bytes, name: str, command: str, model_sha256: str,
             + "\n".join(rows) + "\n};\n"
             f"const unsigned int g_{name}_model_len = {len(tflite)};\n")
   return header, source
-
-
-def write_atomically(files: dict[str, bytes]) -> None:
-  """Writes all files or none: temporaries first, then renames."""
-  temps = {}
-  try:
-    for path, data in files.items():
-      directory = os.path.dirname(os.path.abspath(path))
-      os.makedirs(directory, exist_ok=True)
-      fd, tmp = tempfile.mkstemp(dir=directory, prefix=".forge_tmp_")
-      with os.fdopen(fd, "wb") as f:
-        f.write(data)
-      temps[path] = tmp
-    for path, tmp in temps.items():
-      os.replace(tmp, path)
-  except BaseException:
-    for tmp in temps.values():
-      if os.path.exists(tmp):
-        os.unlink(tmp)
-    raise
 
 
 def manifest_json(manifest: dict) -> bytes:

@@ -19,6 +19,7 @@ from absl import logging
 import numpy as np
 
 from forge_tflm import tflite_graph as tg
+from forge_tflm.fileio import write_atomically
 from forge_tflm.converter import calibration as calib
 from forge_tflm.converter import insert, match, outputs
 from forge_tflm.converter.frontend_keras import KerasFrontend
@@ -95,10 +96,8 @@ def _calibration_inputs(ctx: _Context) -> None:
   data = ctx.calibration_set
   if data is None or len(data) == 0:
     raise ConversionError("no calibration images")
-  n = min(ctx.options.calibration_size, len(data))
-  rng = np.random.default_rng(ctx.options.calibration_seed)
-  idx = np.sort(rng.permutation(len(data))[:n])
-  ctx.calib_inputs = ctx.options.input_contract.to_float(data.images[idx])
+  chosen = data.random_subset(ctx.options.calibration_size, ctx.options.calibration_seed)
+  ctx.calib_inputs = ctx.options.input_contract.to_float(chosen.images)
   expected = tuple(ctx.frontend.input_shape)
   if tuple(ctx.calib_inputs.shape[1:]) != expected:
     raise ConversionError(f"calibration images are {ctx.calib_inputs.shape[1:]}, the model"
@@ -120,7 +119,7 @@ def _match(ctx: _Context) -> None:
 def _preact_ranges(ctx: _Context) -> None:
   subgraph = ctx.model_t.subgraphs[0]
   need = [s for s in ctx.sites
-          if insert.fused_activation(ctx.model_t, subgraph.operators[ctx.op_index[s.name]])
+          if insert.fused_activation(subgraph.operators[ctx.op_index[s.name]])
           != "none"]
   if not need:
     return
@@ -157,9 +156,8 @@ def _file_sha256(path: str) -> str:
   return h.hexdigest()
 
 
-def _io_quant(tflite: bytes) -> tuple[tuple[float, int], tuple[float, int]]:
-  m = tg.load_model(tflite)
-  sg = m.subgraphs[0]
+def _io_quant(model_t) -> tuple[tuple[float, int], tuple[float, int]]:
+  sg = model_t.subgraphs[0]  # Insertion leaves the model's input and output alone.
   return (tg.per_tensor_quant(sg.tensors[sg.inputs[0]]),
           tg.per_tensor_quant(sg.tensors[sg.outputs[0]]))
 
@@ -198,7 +196,7 @@ def convert(source_path: str, output: str, calibration_set: ImageSet,
   for step in PASSES:
     step(ctx)
 
-  input_quant, output_quant = _io_quant(ctx.tflite)
+  input_quant, output_quant = _io_quant(ctx.model_t)
   manifest = outputs.build_manifest(
       tflite=ctx.tflite, source_path=source_path, source_sha256=_file_sha256(source_path),
       frontend=ctx.frontend.name, options=options, all_sites=ctx.sites_found,
@@ -216,7 +214,7 @@ def convert(source_path: str, output: str, calibration_set: ImageSet,
     files[paths["c_source"]] = source.encode()
   if plain_output:
     files[paths["plain"]] = ctx.plain_tflite
-  outputs.write_atomically(files)
+  write_atomically(files)
   seconds = time.time() - t0
   logging.info("wrote %s (%d FORGE sites, %d bytes state) in %.1f s", output,
                manifest["totals"]["sites"], manifest["totals"]["state_bytes_sram"], seconds)

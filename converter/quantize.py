@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from forge_tflm.converter.sites import ConversionError
+from forge_tflm.converter.sites import ConversionError, first_line
 
 
 def representative_dataset(images: np.ndarray, batch: int = 1):
@@ -27,8 +27,7 @@ def _full_int8(converter, calibration_inputs: np.ndarray) -> bytes:
   try:
     return bytes(converter.convert())
   except Exception as e:
-    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    raise ConversionError(f"TFLiteConverter failed: {first}") from e
+    raise ConversionError(f"TFLiteConverter failed: {first_line(e)}") from e
 
 
 def convert_keras_int8(model, calibration_inputs: np.ndarray) -> bytes:

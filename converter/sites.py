@@ -11,6 +11,12 @@ class ConversionError(ValueError):
   """Bad converter input; the message is one line meant for the user."""
 
 
+def first_line(error: BaseException) -> str:
+  """The first line of an exception from a library, for a one-line error."""
+  text = str(error).strip()
+  return text.splitlines()[0] if text else type(error).__name__
+
+
 ACTIVATIONS = ("none", "relu", "relu6")
 
 

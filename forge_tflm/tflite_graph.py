@@ -119,23 +119,3 @@ def make_quant(scale: float, zero_point: int) -> "schema.QuantizationParametersT
   q.scale = [float(scale)]
   q.zeroPoint = [int(zero_point)]
   return q
-
-
-def producers(subgraph: "schema.SubGraphT") -> dict[int, int]:
-  """tensor index -> index of the op that writes it."""
-  out = {}
-  for i, op in enumerate(subgraph.operators):
-    for t in op.outputs:
-      if t >= 0:
-        out[int(t)] = i
-  return out
-
-
-def consumers(subgraph: "schema.SubGraphT") -> dict[int, list[int]]:
-  """tensor index -> indices of the ops that read it."""
-  out: dict[int, list[int]] = {}
-  for i, op in enumerate(subgraph.operators):
-    for t in op.inputs:
-      if t >= 0:
-        out.setdefault(int(t), []).append(i)
-  return out

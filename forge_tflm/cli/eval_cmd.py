@@ -85,7 +85,7 @@ def run(fv: flags.FlagValues, command: str) -> int:
   limit = fv.limit or None
   if fv.corrupted_from == "generated":
     split = fv.split or ("val" if fv.dataset == "tiny_imagenet" else "test")
-    clean = st.subset(load_dataset(fv.dataset, split, fv.data_dir), limit, fv.seed)
+    clean = load_dataset(fv.dataset, split, fv.data_dir).random_subset(limit, fv.seed)
     streams = list(st.generated_streams(clean, corruptions, fv.severity, fv.seed,
                                         fv.include_clean))
     description = f"{clean.source}, generated corruptions, severity {fv.severity}"

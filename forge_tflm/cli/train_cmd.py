@@ -58,8 +58,7 @@ def run(fv: flags.FlagValues, command: str) -> int:
   test_split = "val" if fv.dataset == "tiny_imagenet" else "test"
   test_set = load_dataset(fv.dataset, test_split, fv.data_dir)
   if fv.limit_train:
-    rng = np.random.default_rng(config.seed)
-    train_set = train_set.take(np.sort(rng.permutation(len(train_set))[:fv.limit_train]))
+    train_set = train_set.random_subset(fv.limit_train, config.seed)
     test_set = test_set.take(np.arange(min(len(test_set), fv.limit_train)))
   log = train(config, train_set, test_set, fv.output, command=command)
   print(f"wrote {fv.output}: test accuracy {log['final_test_accuracy']}")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 
 import numpy as np
 
 from forge_tflm.corruptions.core import check_images, corrupt, resolve_param_set
+from forge_tflm.fileio import atomic_path
 
 # Bump whenever any corruption's output for given inputs changes, so stale
 # cache entries are never read.
@@ -60,16 +60,8 @@ def corrupt_cached(images: np.ndarray, corruption: str, severity: int,
   result = corrupt(images, corruption, severity, seed=seed, params=param_set,
                    first_index=first_index)
   try:
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp.npy")
-    try:
-      with os.fdopen(fd, "wb") as f:
-        np.save(f, result)
-      os.replace(tmp, path)
-    except BaseException:
-      if os.path.exists(tmp):
-        os.unlink(tmp)
-      raise
+    with atomic_path(path, ".npy") as tmp:
+      np.save(tmp, result)
   except OSError:
-    pass
+    pass  # An unwritable cache only costs the caching.
   return result

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from typing import Callable
 
 import numpy as np
 
 from forge_tflm.data.imageset import ImageSet
+from forge_tflm.fileio import atomic_path
 
 _FORMAT_VERSION = "1"
 
@@ -37,17 +37,8 @@ def source_key(path: str, *parts: str) -> str:
 
 def atomic_save_npz(path: str, **arrays) -> None:
   """Writes an .npz so that readers never see a half-written file."""
-  directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp.npz")
-  try:
-    with os.fdopen(fd, "wb") as f:
-      np.savez(f, **arrays)
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
-    raise
+  with atomic_path(path, ".npz") as tmp:
+    np.savez(tmp, **arrays)
 
 
 def cached_imageset(key: str, build: Callable[[], ImageSet],

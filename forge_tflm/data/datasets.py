@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 
-from forge_tflm.data import cifar_c
 from forge_tflm.data.cifar_pickle import find_pickle_dir, load_cifar_pickles
 from forge_tflm.data.image_folder import TARBALL_SUFFIXES, is_tarball, load_image_folder
 from forge_tflm.data.imageset import DatasetNotFoundError, ImageSet
@@ -93,5 +92,3 @@ def load_tfds_corrupted(corruption: str, severity: int,
   """CIFAR-10-C from tensorflow-datasets (`cifar10_corrupted/<corruption>_<severity>`)."""
   return load_tfds(f"cifar10_corrupted/{corruption}_{severity}", "test", tfds_data_dir)
 
-
-load_cifar_c = cifar_c.load_cifar_c

@@ -48,3 +48,12 @@ class ImageSet:
     """Returns the subset at `indices` (any numpy index), in that order."""
     return ImageSet(self.images[indices], self.labels[indices],
                     self.class_names, self.source)
+
+  def random_subset(self, n: int | None, seed: int = 0) -> "ImageSet":
+    """`n` images drawn without replacement by `seed`, kept in dataset order.
+
+    None or n >= len(self) returns the whole set.
+    """
+    if not n or n >= len(self):
+      return self
+    return self.take(np.sort(np.random.default_rng(seed).permutation(len(self))[:n]))

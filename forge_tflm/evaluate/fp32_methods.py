@@ -33,29 +33,24 @@ class Fp32Method:
 
 class SourceFp32(Fp32Method):
   name = "source-fp32"
+  training = False  # BN mode of the forward pass.
 
   def __init__(self, model, input_contract):
     super().__init__(model, input_contract)
     import tensorflow as tf
-    self._fn = tf.function(lambda x: model(x, training=False), reduce_retracing=True)
+    self._fn = tf.function(lambda x: model(x, training=self.training),
+                           reduce_retracing=True)
 
   def predict(self, images_uint8):
     return np.asarray(self._fn(self.to_float(images_uint8)))
 
 
-class BNAdapt(Fp32Method):
+class BNAdapt(SourceFp32):
   name = "bn-adapt"
   adaptive = True
-
-  def __init__(self, model, input_contract):
-    super().__init__(model, input_contract)
-    import tensorflow as tf
-    # training=True: BN uses batch statistics (and updates moving statistics, which
-    # reset() undoes between streams).
-    self._fn = tf.function(lambda x: model(x, training=True), reduce_retracing=True)
-
-  def predict(self, images_uint8):
-    return np.asarray(self._fn(self.to_float(images_uint8)))
+  # BN uses batch statistics (and updates moving statistics, which reset()
+  # undoes between streams).
+  training = True
 
 
 class Tent(Fp32Method):

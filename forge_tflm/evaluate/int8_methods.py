@@ -71,9 +71,6 @@ class Forge(Int8Method):
   def predict(self, x_int8):
     return self.logits(x_int8, ADAPT)
 
-  def frozen(self, x_int8):
-    return self.logits(x_int8, FROZEN)
-
 
 _ACT_RANGES = {"none": (-np.inf, np.inf), "relu": (0.0, np.inf), "relu6": (0.0, 6.0)}
 

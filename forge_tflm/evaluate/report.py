@@ -16,6 +16,7 @@ import os
 import numpy as np
 
 from forge_tflm.evaluate.protocol import SOURCE_OF
+from forge_tflm.fileio import write_atomically
 
 
 def summarize(raw: dict) -> dict:
@@ -96,7 +97,8 @@ def to_markdown(table: dict, gate: dict | None = None) -> str:
   return "\n".join(lines) + "\n"
 
 
-def plot(table: dict, path: str, title: str = "") -> None:
+def plot_png(table: dict, title: str = "") -> bytes:
+  """The per-stream accuracy bar chart as PNG bytes."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
@@ -117,23 +119,21 @@ def plot(table: dict, path: str, title: str = "") -> None:
   ax.set_title(title)
   ax.grid(axis="y", alpha=0.3)
   fig.tight_layout()
-  fig.savefig(path, dpi=120)
+  buf = io.BytesIO()
+  fig.savefig(buf, format="png", dpi=120)
   plt.close(fig)
+  return buf.getvalue()
 
 
 def write_all(out_dir: str, table: dict, meta: dict, raw: dict) -> dict[str, str]:
   """Writes results.json/.csv/.md/.png into out_dir; returns their paths."""
-  from forge_tflm.converter.outputs import write_atomically
-
-  os.makedirs(out_dir, exist_ok=True)
   paths = {k: os.path.join(out_dir, f"results.{k}") for k in ("json", "csv", "md", "png")}
   doc = dict(meta)
   doc["results"] = table
   doc["gate"] = {"fired": raw.get("gate", {}), "mean_confidence_gain": raw.get("gate_gain", {})}
   doc["seconds"] = raw.get("seconds", {})
-  plot(table, paths["png"] + ".tmp.png", meta.get("title", ""))
   write_atomically({paths["json"]: (json.dumps(doc, indent=2) + "\n").encode(),
                     paths["csv"]: to_csv(table).encode(),
-                    paths["md"]: to_markdown(table, raw.get("gate")).encode()})
-  os.replace(paths["png"] + ".tmp.png", paths["png"])
+                    paths["md"]: to_markdown(table, raw.get("gate")).encode(),
+                    paths["png"]: plot_png(table, meta.get("title", ""))})
   return paths

@@ -4,18 +4,8 @@ from __future__ import annotations
 
 from typing import Iterator, Sequence
 
-import numpy as np
-
 from forge_tflm.data.imageset import ImageSet
 from forge_tflm.evaluate.protocol import Stream
-
-
-def subset(clean: ImageSet, limit: int | None, seed: int = 0) -> ImageSet:
-  """A class-balanced-in-expectation random subset, in sorted index order."""
-  if not limit or limit >= len(clean):
-    return clean
-  idx = np.sort(np.random.default_rng(seed).permutation(len(clean))[:limit])
-  return clean.take(idx)
 
 
 def generated_streams(clean: ImageSet, corruptions: Sequence[str], severity: int,
@@ -37,7 +27,7 @@ def cifar_c_streams(directory: str, corruptions: Sequence[str], severity: int,
   from forge_tflm.data.cifar_c import load_cifar_c
 
   for name in corruptions:
-    data = subset(load_cifar_c(directory, name, severity), limit, seed)
+    data = load_cifar_c(directory, name, severity).random_subset(limit, seed)
     yield Stream(name, data.images, data.labels)
 
 
@@ -47,5 +37,5 @@ def tfds_streams(corruptions: Sequence[str], severity: int, limit: int | None = 
   from forge_tflm.data import load_tfds_corrupted
 
   for name in corruptions:
-    data = subset(load_tfds_corrupted(name, severity, tfds_data_dir), limit, seed)
+    data = load_tfds_corrupted(name, severity, tfds_data_dir).random_subset(limit, seed)
     yield Stream(name, data.images, data.labels)

@@ -12,13 +12,13 @@ import dataclasses
 import json
 import os
 import platform
-import tempfile
 import time
 
 from absl import logging
 import numpy as np
 
 from forge_tflm.data.imageset import ImageSet
+from forge_tflm.fileio import atomic_path, write_atomically
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,31 +51,14 @@ def _to_float(tf):
   return convert
 
 
-def _atomic_write_text(path: str, text: str) -> None:
-  directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
-  with os.fdopen(fd, "w") as f:
-    f.write(text)
-  os.replace(tmp, path)
-
-
 def atomic_save_model(model, path: str) -> None:
   """Saves a Keras model so that `path` is never left half-written.
 
   A run stopped during a plain save would leave a corrupt checkpoint that
   cannot be resumed; this writes a temporary file and renames it into place.
   """
-  directory = os.path.dirname(os.path.abspath(path))
-  fd, tmp = tempfile.mkstemp(dir=directory, suffix=".keras")
-  os.close(fd)
-  try:
+  with atomic_path(path, ".keras") as tmp:  # Keras insists on the extension.
     model.save(tmp)
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.unlink(tmp)
-    raise
 
 
 def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
@@ -159,8 +142,8 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
     history.append(entry)
     logging.info("epoch %d/%d: %s", epoch + 1, config.epochs, json.dumps(entry))
     atomic_save_model(model, weights_path)
-    _atomic_write_text(state_path, json.dumps(
-        {"config": dataclasses.asdict(config), "history": history}))
+    write_atomically({state_path: json.dumps(
+        {"config": dataclasses.asdict(config), "history": history}).encode()})
 
   log = {
       "model": config.model,
@@ -176,5 +159,5 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
                    "python": platform.python_version()},
   }
   atomic_save_model(model, output)
-  _atomic_write_text(os.path.splitext(output)[0] + ".json", json.dumps(log, indent=2))
+  write_atomically({os.path.splitext(output)[0] + ".json": json.dumps(log, indent=2).encode()})
   return log
