@@ -3,7 +3,11 @@ per-tensor activations, int8 input and output."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+
 import numpy as np
+from absl import logging
 
 from forge_tflm.converter.sites import ConversionError, first_line
 
@@ -24,10 +28,17 @@ def _full_int8(converter, calibration_inputs: np.ndarray) -> bytes:
   converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
   converter.inference_input_type = tf.int8
   converter.inference_output_type = tf.int8
+  # Keras 3's export prints its whole signature (one line per captured variable)
+  # to stdout; keep that out of the user's terminal but available at -v 1.
+  captured = io.StringIO()
   try:
-    return bytes(converter.convert())
+    with contextlib.redirect_stdout(captured):
+      return bytes(converter.convert())
   except Exception as e:
     raise ConversionError(f"TFLiteConverter failed: {first_line(e)}") from e
+  finally:
+    if captured.getvalue():
+      logging.vlog(1, "TFLiteConverter printed:\n%s", captured.getvalue())
 
 
 def convert_keras_int8(model, calibration_inputs: np.ndarray) -> bytes:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 
 import numpy as np
+from absl import logging
 
 from forge_tflm.corruptions.core import check_images, corrupt, resolve_param_set
 from forge_tflm.fileio import atomic_path
@@ -57,8 +59,11 @@ def corrupt_cached(images: np.ndarray, corruption: str, severity: int,
         return cached
     except (OSError, ValueError):
       pass  # Damaged entry: recomputed and overwritten below.
+  t0 = time.perf_counter()
   result = corrupt(images, corruption, severity, seed=seed, params=param_set,
                    first_index=first_index)
+  logging.info("generated %s severity %d for %d images in %.1f s (cached in %s)",
+               corruption, severity, len(images), time.perf_counter() - t0, directory)
   try:
     with atomic_path(path, ".npy") as tmp:
       np.save(tmp, result)

@@ -12,7 +12,7 @@ from absl import logging
 
 from forge_tflm.converter.options import InputContract
 from forge_tflm.evaluate import report
-from forge_tflm.evaluate.protocol import FP32_NAMES, EvalConfig, evaluate
+from forge_tflm.evaluate.protocol import FP32_NAMES, EvalConfig, evaluate, images_to_run
 
 
 def manifest_for(artifact_path: str) -> dict | None:
@@ -56,7 +56,7 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
       meta["float_model"] = {"path": keras_path,
                              "sha256": hashlib.sha256(f.read()).hexdigest()}
   contract = contract_from_manifest(manifest)
-  total = sum(len(s.labels) for s in streams) * len(config.methods) * config.orderings
+  total = images_to_run(config, streams)
   progress = None
   if show_progress:
     from tqdm import tqdm
