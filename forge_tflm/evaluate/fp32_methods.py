@@ -86,12 +86,17 @@ class Tent(Fp32Method):
     import keras
     self.optimizer = keras.optimizers.Adam(self.learning_rate)
     self.optimizer.build(self.params)
+    # Everything the optimizer holds (moments, step count, and the learning
+    # rate, which Keras 3 also keeps as a variable) as it was when built.
+    self._optimizer_initial = [v.numpy().copy() for v in self.optimizer.variables]
 
   def reset(self):
     super().reset()
-    # Zero the Adam moments in place (a new optimizer would retrace the step).
-    for v in self.optimizer.variables:
-      v.assign(np.zeros(v.shape, v.dtype))
+    # Restore the optimizer in place (a new optimizer would retrace the step).
+    # Zeroing every optimizer variable instead would zero the learning rate and
+    # silently turn tent into bn-adapt.
+    for v, initial in zip(self.optimizer.variables, self._optimizer_initial):
+      v.assign(initial)
 
   def predict(self, images_uint8):
     return np.asarray(self._step(self.to_float(images_uint8)))

@@ -104,6 +104,10 @@ def test_tent_updates_bn_affine_and_reset_restores(artifact):
   tent.reset()
   np.testing.assert_array_equal(gamma0, tent.params[0].numpy())
   np.testing.assert_allclose(tent.predict(x), first, rtol=1e-5, atol=1e-5)
+  # Adaptation works again after a reset (a reset once zeroed the learning rate).
+  np.testing.assert_array_equal(tent.optimizer.iterations.numpy(), 1)
+  assert not np.array_equal(gamma0, tent.params[0].numpy())
+  np.testing.assert_allclose(tent.predict(x), second, rtol=1e-5, atol=1e-5)
 
 
 def test_run_evaluation_writes_reports(artifact, tmp_path):
