@@ -76,7 +76,12 @@ _ACT_RANGES = {"none": (-np.inf, np.inf), "relu": (0.0, np.inf), "relu6": (0.0, 
 
 
 class _ScaleAdaptKernel:
-  """Host step for scale-adapt at one site (float64 math: it is a simulation)."""
+  """Host step for scale-adapt at one site (float64 math: it is a simulation).
+
+  The step maps each int8 value through a function fixed per batch, so it is
+  applied as a 256-entry table built from `requantize` (same bits as applying
+  `requantize` to every element, at the cost of a table lookup).
+  """
 
   def __init__(self, node: ForgeNode):
     self.node = node
@@ -87,19 +92,29 @@ class _ScaleAdaptKernel:
   def reset(self):
     self.low, self.high = self.initial
 
-  def __call__(self, x: np.ndarray, mode: str) -> np.ndarray:
+  def requantize(self, x: np.ndarray) -> np.ndarray:
+    """int8 pre-activation -> int8 output on the current [low, high] grid."""
     q = self.node.quant
     real = q.s_x * (x.astype(np.float64) - q.z_x)
-    if mode == ADAPT:
-      m = momentum_for(self.node.options, x.shape[0])
-      self.low = (1 - m) * self.low + m * min(float(real.min()), 0.0)
-      self.high = (1 - m) * self.high + m * max(float(real.max()), 0.0)
     scale = max(self.high - self.low, 1e-12) / 255.0
     zp = np.clip(np.round(-128 - self.low / scale), -128, 127)
     fq = (np.clip(np.round(real / scale) + zp, -128, 127) - zp) * scale
     lo, hi = _ACT_RANGES[self.node.options.activation]
     fq = np.clip(fq, lo, hi)
     return np.clip(np.round(fq / q.s_y) + q.z_y, -128, 127).astype(np.int8)
+
+  def __call__(self, x: np.ndarray, mode: str) -> np.ndarray:
+    q = self.node.quant
+    if mode == ADAPT:
+      m = momentum_for(self.node.options, x.shape[0])
+      # s_x > 0, so the real range is the int8 range mapped affinely.
+      real_min = q.s_x * (float(x.min()) - q.z_x)
+      real_max = q.s_x * (float(x.max()) - q.z_x)
+      self.low = (1 - m) * self.low + m * min(real_min, 0.0)
+      self.high = (1 - m) * self.high + m * max(real_max, 0.0)
+    table = self.requantize(np.arange(-128, 128, dtype=np.int8))
+    # Index by the uint8 view: value v sits at v & 0xff.
+    return np.roll(table, 128).take(x.view(np.uint8))
 
 
 class ScaleAdapt(Int8Method):
