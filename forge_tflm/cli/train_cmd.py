@@ -36,6 +36,9 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
   flags.DEFINE_bool("jit_compile", d.jit_compile, "XLA-compile the training step"
                     " (faster for ResNet on CPU, slower for depthwise convs).",
                     flag_values=fv)
+  flags.DEFINE_string("init_from", None, "Start from this trained .keras model (same"
+                      " architecture) instead of a fresh initialization: one more"
+                      " warm-up + cosine cycle (SGDR-style restart).", flag_values=fv)
   flags.DEFINE_integer("limit_train", 0, "Use only the first N (shuffled) training"
                        " images; 0 = all. For smoke tests.", flag_values=fv)
   return fv
@@ -51,9 +54,7 @@ def run(fv: flags.FlagValues, command: str) -> int:
       model=fv.model, epochs=fv.epochs, batch_size=fv.batch_size,
       learning_rate=fv.learning_rate, warmup_epochs=fv.warmup_epochs,
       weight_decay=fv.weight_decay, label_smoothing=fv.label_smoothing, seed=fv.seed,
-      jit_compile=fv.jit_compile)
-  if config.epochs < 1 or config.batch_size < 1:
-    raise ValueError("--epochs and --batch_size must be positive")
+      jit_compile=fv.jit_compile, init_from=fv.init_from)
   train_set = load_dataset(fv.dataset, "train", fv.data_dir)
   test_split = "val" if fv.dataset == "tiny_imagenet" else "test"
   test_set = load_dataset(fv.dataset, test_split, fv.data_dir)

@@ -32,6 +32,16 @@ class TrainConfig:
   label_smoothing: float = 0.0
   seed: int = 0
   jit_compile: bool = True
+  # Start from this trained .keras model's weights (a further cosine cycle,
+  # as in SGDR) instead of a fresh initialization.
+  init_from: str | None = None
+
+  def __post_init__(self):
+    if self.epochs < 1 or self.batch_size < 1:
+      raise ValueError("epochs and batch_size must be positive")
+    if not 0 <= self.warmup_epochs < self.epochs:
+      raise ValueError(f"warmup_epochs must be in [0, epochs), got {self.warmup_epochs}"
+                       f" with {self.epochs} epochs")
 
 
 def _augment_fn(tf, pad: int):
@@ -59,6 +69,22 @@ def atomic_save_model(model, path: str) -> None:
   """
   with atomic_path(path, ".keras") as tmp:  # Keras insists on the extension.
     model.save(tmp)
+
+
+def _load_initial_weights(model, path: str) -> None:
+  """Copies a trained model's weights into the freshly built `model`.
+
+  The recipe's model (its regularizers, names) is kept; only the values come
+  from `path`, which must have the same architecture.
+  """
+  import keras
+
+  source = keras.saving.load_model(path, compile=False)
+  ours, theirs = model.get_weights(), source.get_weights()
+  if [w.shape for w in ours] != [w.shape for w in theirs]:
+    raise ValueError(f"--init_from {path}: architecture differs from {model.name}")
+  model.set_weights(theirs)
+  logging.info("initialized %s from %s", model.name, path)
 
 
 def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
@@ -104,6 +130,8 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
   else:
     model = build_model(config.model, train_set.num_classes,
                         train_set.images.shape[1:], config.weight_decay)
+    if config.init_from:
+      _load_initial_weights(model, config.init_from)
     model.compile(
         optimizer=keras.optimizers.SGD(schedule, momentum=0.9, nesterov=True),
         loss=keras.losses.CategoricalCrossentropy(
@@ -153,6 +181,7 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
       "train_images": len(train_set),
       "test_data": test_set.source if test_set is not None else None,
       "parameters": int(model.count_params()),
+      "init_from_sha256": _sha256(config.init_from) if config.init_from else None,
       "history": history,
       "final_test_accuracy": history[-1].get("test_accuracy") if history else None,
       "versions": {"tensorflow": tf.__version__, "keras": keras.__version__,
@@ -161,3 +190,9 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
   atomic_save_model(model, output)
   write_atomically({os.path.splitext(output)[0] + ".json": json.dumps(log, indent=2).encode()})
   return log
+
+
+def _sha256(path: str) -> str:
+  import hashlib
+  with open(path, "rb") as f:
+    return hashlib.sha256(f.read()).hexdigest()

@@ -57,3 +57,46 @@ def test_train_rejects_non_keras_output(tmp_path, capsys):
                    f"--output={tmp_path / 'm.h5'}", "--epochs=1"])
   assert code == 1
   assert ".keras" in capsys.readouterr().err
+
+
+def test_train_init_from_starts_at_the_given_weights(tmp_path, capsys):
+  import keras
+  import numpy as np
+  from forge_tflm.models import build_model
+  from forge_tflm.training.train import _load_initial_weights
+
+  data_dir = _dataset(tmp_path)
+  first = str(tmp_path / "first.keras")
+  base = ["forge_tflm", "train", "--model=resnet20", f"--data_dir={data_dir}",
+          "--warmup_epochs=0", "--batch_size=4", "--nojit_compile"]
+  assert cli.main(base + [f"--output={first}", "--epochs=1"]) == 0
+  trained = keras.saving.load_model(first, compile=False).get_weights()
+  fresh = build_model("resnet20", 3, (32, 32, 3), 5e-4)
+  assert not all(np.array_equal(a, b) for a, b in zip(fresh.get_weights(), trained))
+  _load_initial_weights(fresh, first)
+  for a, b in zip(fresh.get_weights(), trained):
+    np.testing.assert_array_equal(a, b)
+
+  second = str(tmp_path / "second.keras")
+  assert cli.main(base + [f"--output={second}", "--epochs=1", f"--init_from={first}",
+                          "--learning_rate=0.01"]) == 0
+  with open(str(tmp_path / "second.json")) as f:
+    log = json.load(f)
+  assert log["config"]["init_from"] == first and len(log["init_from_sha256"]) == 64
+
+  # Another architecture is refused with a clear error and no output.
+  third = tmp_path / "third.keras"
+  assert cli.main(["forge_tflm", "train", "--model=mobilenet_v2_0.5",
+                   f"--data_dir={data_dir}", f"--output={third}", "--epochs=1",
+                   f"--init_from={first}", "--warmup_epochs=0", "--nojit_compile"]) == 1
+  assert "architecture differs" in capsys.readouterr().err
+  assert not third.exists()
+
+
+def test_train_warmup_longer_than_the_run_is_a_clear_error(tmp_path, capsys):
+  data_dir = _dataset(tmp_path)
+  out = tmp_path / "m.keras"
+  assert cli.main(["forge_tflm", "train", f"--data_dir={data_dir}", f"--output={out}",
+                   "--epochs=2", "--warmup_epochs=2"]) == 1
+  assert "warmup_epochs must be in [0, epochs)" in capsys.readouterr().err
+  assert not out.exists()
