@@ -1,9 +1,12 @@
 """The confidence gate: decide per stream whether adapting helps.
 
 For the first `warmup_batches` batches of a stream both paths run on every
-batch: the frozen one (state untouched) and the adapting one (state updated).
-Predictions come from the frozen path meanwhile, so the probe itself can never
-hurt. Then the gate keeps adapting for the rest of the stream only if the mean
+batch: the source (FORGE frozen at its clean targets) and the adapting one
+(state updated). Predictions come from the source meanwhile, so the probe
+itself can never hurt. (Frozen mode normalizes with whatever state the node
+holds, so the source pass swaps the adapted state out for the clean targets
+and back; comparing against frozen-at-the-adapted-state would only measure the
+latest update.) Then the gate keeps adapting for the rest of the stream only if the mean
 top-1 confidence gain (adapting minus frozen) exceeds `delta`; otherwise it
 resets FORGE to the clean targets and stays frozen (reverts to source).
 """
@@ -50,7 +53,10 @@ class GatedForge(Int8Method):
 
   def predict(self, x_int8):
     if self.fired is None:
+      adapted_state = self.model.get_state()
+      self.model.reset()
       frozen = self.logits(x_int8, FROZEN)
+      self.model.set_state(adapted_state)
       adapted = self.logits(x_int8, ADAPT)
       self.gains.append(float(top1_confidence(adapted).mean() -
                               top1_confidence(frozen).mean()))

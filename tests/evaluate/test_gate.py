@@ -16,6 +16,12 @@ class ScriptedModel:
   def reset(self):
     self.resets += 1
 
+  def get_state(self):
+    return None
+
+  def set_state(self, state):
+    pass
+
   def run(self, x, mode):
     self.calls.append(mode)
     c = self.adapt_confidence if mode == "adapt" else self.frozen_confidence
@@ -43,7 +49,7 @@ def test_gate_fires_when_adapting_is_more_confident():
   assert gated.fired is True
   # Probe: frozen then adapt per batch; afterwards adapt only.
   assert model.calls == ["frozen", "adapt", "frozen", "adapt", "adapt", "adapt"]
-  assert model.resets == 1
+  assert model.resets == 1 + 2  # One source pass per probe batch.
   assert abs(gated.mean_gain - 0.4) < 1e-5
 
 
@@ -53,7 +59,7 @@ def test_gate_reverts_to_source_when_gain_is_below_delta():
   outs = _stream(gated, 5)
   assert gated.fired is False
   assert model.calls[-2:] == ["frozen", "frozen"]
-  assert model.resets == 2  # State restored to the clean targets when reverting.
+  assert model.resets == 1 + 3 + 1  # Probe passes, then the revert to clean targets.
   # Probe predictions come from the frozen path.
   np.testing.assert_allclose(top1_confidence(outs[0]), 0.5, rtol=1e-5)
 
@@ -65,3 +71,34 @@ def test_reset_starts_a_new_decision():
   assert gated.fired
   gated.reset()
   assert gated.fired is None and gated.gains == []
+
+
+def test_probe_compares_against_the_source_not_the_adapted_state():
+  # On a real artifact: during the probe the gate's frozen logits are exactly
+  # the source's and its adapted logits exactly ungated FORGE's, batch by batch.
+  import pathlib
+  import tempfile
+
+  from forge_tflm.converter.options import ConvertOptions
+  from forge_tflm.evaluate.int8_methods import Forge, Source
+  from forge_tflm.runtime.segmented import SegmentedModel
+  from tests.converter import tiny_models
+
+  with tempfile.TemporaryDirectory() as d:
+    tiny_models.convert_tiny(pathlib.Path(d), ConvertOptions(momentum=0.5, window=None))
+    data = (pathlib.Path(d) / "tiny.tflite").read_bytes()
+  gated = GatedForge(SegmentedModel(data), GateConfig(warmup_batches=4, delta=0.0))
+  source, forge = Source(SegmentedModel(data)), Forge(SegmentedModel(data))
+  x = source.model.quantize_input(
+      (tiny_models.random_images(32, size=16, seed=3) * 0.3).astype(np.float32) / 255.0)
+  for i in range(4):
+    batch = x[8 * i:8 * i + 8]
+    got = gated.predict(batch)
+    want_source = source.predict(batch)
+    want_forge = forge.predict(batch)
+    np.testing.assert_array_equal(got, want_source)
+    gain = top1_confidence(want_forge).mean() - top1_confidence(want_source).mean()
+    assert abs(gated.gains[i] - gain) < 1e-6
+    if i < 3:  # Until the decision, the adapting path keeps its own state.
+      for a, b in zip(gated.model.get_state(), forge.model.get_state()):
+        np.testing.assert_array_equal(a, b)

@@ -1,0 +1,136 @@
+"""Sweep the confidence gate's probe length W and margin delta from one pass.
+
+Runs each stream once with both paths on every batch (frozen FORGE = source,
+adapting FORGE), keeping per-batch correct counts and mean top-1 confidences.
+The gate's outcome for any (W, delta) follows exactly from those records: the
+adapting path's state does not depend on the gate while it probes, the gate
+predicts with the frozen path during the probe, and afterwards it is either the
+ungated adapting path or the source. So one pass prices the whole grid; the
+chosen setting is then checked with `forge_tflm eval --methods=forge-gated`.
+
+    python benchmarks/gate_sweep.py --artifact=runs/r20_forge.tflite \
+        --data_dir=../shared/datasets/cifar10 --momentum=0.1 --output=gate_sweep.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+
+import numpy as np
+
+from forge_tflm.corruptions import CORRUPTIONS
+from forge_tflm.data import load_dataset
+from forge_tflm.evaluate import streams as st
+from forge_tflm.evaluate.gate import top1_confidence
+from forge_tflm.evaluate.int8_methods import override_options
+from forge_tflm.evaluate.protocol import ordering
+from forge_tflm.evaluate.run import contract_from_manifest, manifest_for
+from forge_tflm.runtime.segmented import ADAPT, FROZEN, SegmentedModel
+
+
+def record_stream(model: SegmentedModel, source: SegmentedModel, x_int8, labels, order,
+                  batch):
+  """Per batch: (n, correct source, correct adapting, conf source, conf adapting).
+
+  `source` is never adapted, so its frozen pass is the artifact at its clean targets.
+  """
+  model.reset()
+  rows = []
+  for start in range(0, len(order), batch):
+    idx = order[start:start + batch]
+    frozen = source.dequantize_output(source.run(x_int8[idx], mode=FROZEN))
+    adapted = model.dequantize_output(model.run(x_int8[idx], mode=ADAPT))
+    y = labels[idx]
+    rows.append((len(idx), int((frozen.argmax(1) == y).sum()),
+                 int((adapted.argmax(1) == y).sum()),
+                 float(top1_confidence(frozen).mean()),
+                 float(top1_confidence(adapted).mean())))
+  return np.array(rows)
+
+
+def gated_accuracy(rows: np.ndarray, warmup: int, delta: float) -> tuple[float, bool]:
+  n, cf, ca, pf, pa = rows.T
+  fired = float(np.mean((pa - pf)[:warmup])) > delta
+  correct = cf[:warmup].sum() + (ca if fired else cf)[warmup:].sum()
+  return float(correct / n.sum()), fired
+
+
+def main():
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--artifact", required=True)
+  p.add_argument("--data_dir", required=True)
+  p.add_argument("--dataset", default="cifar10")
+  p.add_argument("--severity", type=int, default=5)
+  p.add_argument("--batch_size", type=int, default=64)
+  p.add_argument("--momentum", type=float)
+  p.add_argument("--window", type=int)
+  p.add_argument("--warmups", default="2,3,5,10")
+  p.add_argument("--deltas", default="-0.03,-0.02,-0.01,0,0.01")
+  p.add_argument("--orderings", type=int, default=1)
+  p.add_argument("--kernels", default="optimized")
+  p.add_argument("--output", help="JSON with the per-stream records and the grid")
+  args = p.parse_args()
+
+  with open(args.artifact, "rb") as f:
+    data = f.read()
+  model, source = SegmentedModel(data, args.kernels), SegmentedModel(data, args.kernels)
+  override_options(model, args.momentum, args.window)
+  contract = contract_from_manifest(manifest_for(args.artifact))
+  clean = load_dataset(args.dataset, "test", args.data_dir)
+  records = {}
+  for stream in st.generated_streams(clean, list(CORRUPTIONS), args.severity,
+                                     include_clean=True):
+    x = model.quantize_input(contract.to_float(stream.images))
+    records[stream.name] = [
+        record_stream(model, source, x, stream.labels, ordering(len(x), k, 0),
+                      args.batch_size)
+        for k in range(args.orderings)]
+    r = records[stream.name][0]
+    print(f"{stream.name:18s} source {100 * r[:, 1].sum() / r[:, 0].sum():5.1f}"
+          f"  forge {100 * r[:, 2].sum() / r[:, 0].sum():5.1f}", flush=True)
+
+  grid = []
+  warmups = [int(w) for w in args.warmups.split(",")]
+  deltas = [float(d) for d in args.deltas.split(",")]
+  for warmup, delta in itertools.product(warmups, deltas):
+    per_stream = {}
+    for name, runs in records.items():
+      outcomes = [gated_accuracy(r, warmup, delta) for r in runs]
+      source = np.mean([r[:, 1].sum() / r[:, 0].sum() for r in runs])
+      ungated = np.mean([r[:, 2].sum() / r[:, 0].sum() for r in runs])
+      per_stream[name] = {"gated": float(np.mean([a for a, _ in outcomes])),
+                          "source": float(source), "ungated": float(ungated),
+                          "fired": [f for _, f in outcomes]}
+    corrupted = [v for k, v in per_stream.items() if k != "clean"]
+    grid.append({
+        "warmup": warmup, "delta": delta,
+        "mean_recovery_gated": 100 * float(np.mean([v["gated"] - v["source"]
+                                                    for v in corrupted])),
+        "mean_recovery_ungated": 100 * float(np.mean([v["ungated"] - v["source"]
+                                                      for v in corrupted])),
+        "worst_vs_source": 100 * float(min(v["gated"] - v["source"] for v in corrupted)),
+        "clean_vs_source": 100 * (per_stream["clean"]["gated"] -
+                                  per_stream["clean"]["source"]),
+        "fired": {k: v["fired"] for k, v in per_stream.items()},
+        "streams": per_stream})
+
+  print("\n| W | delta | recovery gated | ungated | worst corruption vs source |"
+        " clean vs source | streams fired |")
+  print("| ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+  for g in grid:
+    fired = [k for k, v in g["fired"].items() if any(v)]
+    print(f"| {g['warmup']} | {g['delta']:+.2f} | {g['mean_recovery_gated']:+.2f} |"
+          f" {g['mean_recovery_ungated']:+.2f} | {g['worst_vs_source']:+.2f} |"
+          f" {g['clean_vs_source']:+.2f} | {len(fired)}/{len(g['fired'])}"
+          f"{'' if 'clean' in fired else ' (not clean)'} |")
+  if args.output:
+    with open(args.output, "w") as f:
+      json.dump({"args": vars(args), "grid": grid,
+                 "records": {k: [r.tolist() for r in v] for k, v in records.items()}},
+                f, indent=1)
+
+
+if __name__ == "__main__":
+  main()
