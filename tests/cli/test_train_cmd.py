@@ -44,7 +44,7 @@ def test_train_writes_model_and_log_and_resumes(tmp_path, capsys):
 def test_train_missing_data_is_one_line_error_and_no_output(tmp_path, capsys):
   out = tmp_path / "m.keras"
   code = cli.main(["forge_tflm", "train", f"--data_dir={tmp_path / 'absent'}",
-                   f"--output={out}", "--epochs=1"])
+                   f"--output={out}", "--epochs=3"])
   assert code == 1
   errors = [l for l in capsys.readouterr().err.splitlines() if l.startswith("forge_tflm")]
   assert len(errors) == 1 and "does not exist" in errors[0]
@@ -54,7 +54,7 @@ def test_train_missing_data_is_one_line_error_and_no_output(tmp_path, capsys):
 def test_train_rejects_non_keras_output(tmp_path, capsys):
   data_dir = _dataset(tmp_path)
   code = cli.main(["forge_tflm", "train", f"--data_dir={data_dir}",
-                   f"--output={tmp_path / 'm.h5'}", "--epochs=1"])
+                   f"--output={tmp_path / 'm.h5'}", "--epochs=3"])
   assert code == 1
   assert ".keras" in capsys.readouterr().err
 
