@@ -21,14 +21,25 @@ from forge_tflm.evaluate.int8_methods import Int8Method
 from forge_tflm.runtime.segmented import ADAPT, FROZEN
 
 
+# Default probe length in images: 5 batches at batch 64. The probe must see
+# about the same number of images at any batch size (the window-matched EMA
+# moves as far per image), so at batch 1 it is 320 batches, not 5.
+DEFAULT_WARMUP_IMAGES = 320
+
+
 @dataclasses.dataclass(frozen=True)
 class GateConfig:
-  warmup_batches: int = 5
+  warmup_batches: int | None = None  # None: DEFAULT_WARMUP_IMAGES / batch size.
   delta: float = 0.0
 
   def __post_init__(self):
-    if self.warmup_batches < 1:
+    if self.warmup_batches is not None and self.warmup_batches < 1:
       raise ValueError("gate warmup_batches must be >= 1")
+
+  def batches(self, batch_size: int) -> int:
+    if self.warmup_batches is not None:
+      return self.warmup_batches
+    return max(1, -(-DEFAULT_WARMUP_IMAGES // batch_size))
 
 
 def top1_confidence(logits: np.ndarray) -> np.ndarray:
@@ -41,9 +52,10 @@ class GatedForge(Int8Method):
   name = "forge-gated"
   adaptive = True
 
-  def __init__(self, model, config: GateConfig = GateConfig()):
+  def __init__(self, model, config: GateConfig = GateConfig(), batch_size: int = 64):
     super().__init__(model)
     self.config = config
+    self.warmup_batches = config.batches(batch_size)
     self.reset()
 
   def reset(self):
@@ -60,7 +72,7 @@ class GatedForge(Int8Method):
       adapted = self.logits(x_int8, ADAPT)
       self.gains.append(float(top1_confidence(adapted).mean() -
                               top1_confidence(frozen).mean()))
-      if len(self.gains) == self.config.warmup_batches:
+      if len(self.gains) == self.warmup_batches:
         self.fired = float(np.mean(self.gains)) > self.config.delta
         if not self.fired:
           self.model.reset()

@@ -86,7 +86,8 @@ def build_methods(config: EvalConfig, artifact: bytes | None, float_model, contr
         raise ValueError(f"method {name} needs the int8 artifact (.tflite)")
       model = SegmentedModel(artifact, config.kernels)
       override_options(model, config.momentum, config.window, config.variance)
-      methods[name] = (GatedForge(model, config.gate) if name == "forge-gated"
+      methods[name] = (GatedForge(model, config.gate, config.batch_size)
+                       if name == "forge-gated"
                        else INT8_METHODS[name](model))
     else:
       if float_model is None:

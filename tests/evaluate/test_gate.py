@@ -102,3 +102,15 @@ def test_probe_compares_against_the_source_not_the_adapted_state():
     if i < 3:  # Until the decision, the adapting path keeps its own state.
       for a, b in zip(gated.model.get_state(), forge.model.get_state()):
         np.testing.assert_array_equal(a, b)
+
+
+def test_default_probe_covers_the_same_images_at_any_batch_size():
+  config = GateConfig()
+  assert config.batches(64) == 5 and config.batches(1) == 320
+  assert config.batches(100) == 4  # Rounded up: at least 320 images.
+  assert GateConfig(warmup_batches=7).batches(1) == 7
+  gated = GatedForge(ScriptedModel(adapt_confidence=0.9), config, batch_size=1)
+  _stream(gated, 319)
+  assert gated.fired is None
+  _stream(gated, 1)
+  assert gated.fired is True
