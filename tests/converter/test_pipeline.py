@@ -170,3 +170,23 @@ def test_never_overwrites_the_input(tmp_path, converted):
   with pytest.raises(ConversionError, match="would overwrite the input"):
     convert(str(fake), str(fake), _calibration(8))
   assert fake.read_bytes() == b"x"
+
+
+def test_bundled_resnet20_converts_with_all_sites(tmp_path):
+  from tests.conftest import REPO_ROOT
+  src = os.path.join(REPO_ROOT, "models", "resnet20_cifar10.keras")
+  if not os.path.exists(src):
+    pytest.skip(f"bundled model {src} not present")
+  calib = ImageSet(tiny_models.random_images(32, size=32, seed=0), np.zeros(32, np.int64),
+                   ("x",), "generated")
+  out = str(tmp_path / "r20.tflite")
+  convert(src, out, calib, ConvertOptions())
+  with open(os.path.splitext(out)[0] + ".json") as f:
+    manifest = json.load(f)
+  assert len(manifest["sites"]) == 21
+  assert sum(s["channels"] for s in manifest["sites"]) == 784
+  # 2 x 784 float32 each: running statistics in SRAM, BN targets in flash.
+  assert manifest["totals"]["state_bytes_sram"] == 6272
+  assert manifest["totals"]["target_bytes_flash"] == 6272
+  with open(out, "rb") as f:
+    assert len(SegmentedModel(f.read()).nodes) == 21
