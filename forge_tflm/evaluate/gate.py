@@ -21,10 +21,14 @@ from forge_tflm.evaluate.int8_methods import Int8Method
 from forge_tflm.runtime.segmented import ADAPT, FROZEN
 
 
-# Default probe length in images: 5 batches at batch 64. The probe must see
+# Default probe length in images: 2 batches at batch 64. The probe must see
 # about the same number of images at any batch size (the window-matched EMA
-# moves as far per image), so at batch 1 it is 320 batches, not 5.
-DEFAULT_WARMUP_IMAGES = 320
+# moves as far per image), so at batch 1 it is 128 batches, not 2. Short on
+# purpose: on the bundled ResNet-20 the confidence gain of helpful streams is
+# positive early and fades as the adapted model grows less (over)confident, so
+# longer probes reject more streams that adaptation helps
+# (benchmarks/results/resnet20_cifar10/gate_sweep.md).
+DEFAULT_WARMUP_IMAGES = 128
 
 
 @dataclasses.dataclass(frozen=True)
