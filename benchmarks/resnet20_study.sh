@@ -25,13 +25,17 @@ common=(--artifact=$ART --data_dir="$DATA" --severity=5)
 
 # Gate: price the (W, delta) grid from one two-path pass (clean stream included).
 python benchmarks/gate_sweep.py --artifact=$ART --data_dir="$DATA" --momentum=0.1 \
-    --warmups=2,3,5,10 --deltas=-0.03,-0.02,-0.01,0,0.01,0.02 \
+    --orderings=3 --warmups=2,3,5,10,20 --deltas=-0.01,0,0.01,0.02,0.03 \
     --output="$OUT/gate_sweep.json" > "$OUT/gate_sweep.md"
 
 # Every method, batch 64, m = 0.1, three orderings.
 forge_tflm eval "${common[@]}" --keras_model=$MODEL --include_clean \
     --methods=source,forge,forge-gated,scale-adapt,source-fp32,bn-adapt,tent \
     --batch_size=64 --momentum=0.1 --orderings=3 --output_dir="$OUT/main_bs64"
+
+# The gate at its defaults (chosen from the sweep), three orderings.
+forge_tflm eval "${common[@]}" --methods=source,forge,forge-gated --include_clean \
+    --batch_size=64 --momentum=0.1 --orderings=3 --output_dir="$OUT/gate_default_bs64"
 
 # Batch 1 vs 64 per variance estimator: window-matched (m = 1/640) vs fixed m = 0.1.
 for variance in running batch; do

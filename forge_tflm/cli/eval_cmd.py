@@ -56,7 +56,7 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
   flags.DEFINE_enum("variance", None, ["batch", "running"],
                     "Override FORGE variance estimator.", flag_values=fv)
   flags.DEFINE_integer("gate_warmup", None, "Gate: batches probed with both paths"
-                       " (default: 128 images' worth, 2 batches at batch 64).",
+                       " (default: 1280 images' worth, 20 batches at batch 64).",
                        flag_values=fv)
   flags.DEFINE_float("gate_delta", 0.0, "Gate: minimum mean confidence gain to keep"
                      " adapting.", flag_values=fv)

@@ -84,4 +84,6 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
 def _config_json(config: EvalConfig) -> dict:
   d = dataclasses.asdict(config)
   d["methods"] = list(config.methods)
+  # The probe length as used (its default depends on the batch size).
+  d["gate"]["warmup_batches"] = config.gate.batches(config.batch_size)
   return d

@@ -106,11 +106,11 @@ def test_probe_compares_against_the_source_not_the_adapted_state():
 
 def test_default_probe_covers_the_same_images_at_any_batch_size():
   config = GateConfig()
-  assert config.batches(64) == 2 and config.batches(1) == 128
-  assert config.batches(100) == 2 and config.batches(50) == 3  # At least 128 images.
+  assert config.batches(64) == 20 and config.batches(1) == 1280
+  assert config.batches(100) == 13  # Rounded up: at least 1280 images.
   assert GateConfig(warmup_batches=7).batches(1) == 7
   gated = GatedForge(ScriptedModel(adapt_confidence=0.9), config, batch_size=1)
-  _stream(gated, 127)
+  _stream(gated, 1279)
   assert gated.fired is None
   _stream(gated, 1)
   assert gated.fired is True
