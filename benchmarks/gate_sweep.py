@@ -23,7 +23,7 @@ import numpy as np
 from forge_tflm.corruptions import CORRUPTIONS
 from forge_tflm.data import load_dataset
 from forge_tflm.evaluate import streams as st
-from forge_tflm.evaluate.gate import top1_confidence
+from forge_tflm.evaluate.gate import gate_fires, top1_confidence
 from forge_tflm.evaluate.int8_methods import override_options
 from forge_tflm.evaluate.protocol import ordering
 from forge_tflm.evaluate.run import contract_from_manifest, manifest_for
@@ -52,7 +52,7 @@ def record_stream(model: SegmentedModel, source: SegmentedModel, x_int8, labels,
 
 def gated_accuracy(rows: np.ndarray, warmup: int, delta: float) -> tuple[float, bool]:
   n, cf, ca, pf, pa = rows.T
-  fired = float(np.mean((pa - pf)[:warmup])) > delta
+  fired = gate_fires((pa - pf)[:warmup], delta)
   correct = cf[:warmup].sum() + (ca if fired else cf)[warmup:].sum()
   return float(correct / n.sum()), fired
 

@@ -10,7 +10,6 @@ Each pass reads and fills a few fields of `_Context`; recording BN targets
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import time
@@ -19,7 +18,7 @@ from absl import logging
 import numpy as np
 
 from forge_tflm import tflite_graph as tg
-from forge_tflm.fileio import write_atomically
+from forge_tflm.fileio import file_sha256, write_atomically
 from forge_tflm.converter import calibration as calib
 from forge_tflm.converter import insert, match, outputs
 from forge_tflm.converter.frontend_keras import KerasFrontend
@@ -148,14 +147,6 @@ PASSES = (_load, _find_sites, _select, _calibration_inputs, _quantize, _match,
           _preact_ranges, _insert)
 
 
-def _file_sha256(path: str) -> str:
-  h = hashlib.sha256()
-  with open(path, "rb") as f:
-    for chunk in iter(lambda: f.read(1 << 20), b""):
-      h.update(chunk)
-  return h.hexdigest()
-
-
 def _io_quant(model_t) -> tuple[tuple[float, int], tuple[float, int]]:
   sg = model_t.subgraphs[0]  # Insertion leaves the model's input and output alone.
   return (tg.per_tensor_quant(sg.tensors[sg.inputs[0]]),
@@ -198,7 +189,7 @@ def convert(source_path: str, output: str, calibration_set: ImageSet,
 
   input_quant, output_quant = _io_quant(ctx.model_t)
   manifest = outputs.build_manifest(
-      tflite=ctx.tflite, source_path=source_path, source_sha256=_file_sha256(source_path),
+      tflite=ctx.tflite, source_path=source_path, source_sha256=file_sha256(source_path),
       frontend=ctx.frontend.name, options=options, all_sites=ctx.sites_found,
       inserted=ctx.inserted, input_quant=input_quant, output_quant=output_quant,
       command=command,

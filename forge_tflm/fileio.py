@@ -1,4 +1,5 @@
-"""Atomic file writes: readers never see a half-written file, a failure leaves none.
+"""Atomic file writes (readers never see a half-written file, a failure leaves
+none) and file hashes.
 
 Every writer in the project (dataset and corruption caches, training
 checkpoints, converter outputs, evaluation reports) goes through here.
@@ -7,6 +8,7 @@ checkpoints, converter outputs, evaluation reports) goes through here.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import tempfile
 from typing import Iterator
@@ -37,3 +39,12 @@ def write_atomically(files: dict[str, bytes]) -> None:
       tmp = stack.enter_context(atomic_path(path))
       with open(tmp, "wb") as f:
         f.write(data)
+
+
+def file_sha256(path: str) -> str:
+  """Hex sha256 of a file, read in 1 MiB chunks."""
+  h = hashlib.sha256()
+  with open(path, "rb") as f:
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+      h.update(chunk)
+  return h.hexdigest()

@@ -46,6 +46,11 @@ class GateConfig:
     return max(1, -(-DEFAULT_WARMUP_IMAGES // batch_size))
 
 
+def gate_fires(gains, delta: float) -> bool:
+  """The decision after the probe: keep adapting iff the mean gain exceeds delta."""
+  return float(np.mean(gains)) > delta
+
+
 def top1_confidence(logits: np.ndarray) -> np.ndarray:
   z = logits - logits.max(axis=1, keepdims=True)
   p = np.exp(z)
@@ -77,7 +82,7 @@ class GatedForge(Int8Method):
       self.gains.append(float(top1_confidence(adapted).mean() -
                               top1_confidence(frozen).mean()))
       if len(self.gains) == self.warmup_batches:
-        self.fired = float(np.mean(self.gains)) > self.config.delta
+        self.fired = gate_fires(self.gains, self.config.delta)
         if not self.fired:
           self.model.reset()
       return frozen

@@ -112,9 +112,10 @@ class _ScaleAdaptKernel:
       real_max = q.s_x * (float(x.max()) - q.z_x)
       self.low = (1 - m) * self.low + m * min(real_min, 0.0)
       self.high = (1 - m) * self.high + m * max(real_max, 0.0)
-    table = self.requantize(np.arange(-128, 128, dtype=np.int8))
-    # Index by the uint8 view: value v sits at v & 0xff.
-    return np.roll(table, 128).take(x.view(np.uint8))
+    # Entry i is the output for the int8 value whose bits are i, so the table
+    # is indexed by the input's uint8 view.
+    table = self.requantize(np.arange(256, dtype=np.uint8).view(np.int8))
+    return table.take(x.view(np.uint8))
 
 
 class ScaleAdapt(Int8Method):

@@ -21,6 +21,7 @@ from forge_tflm.evaluate.int8_methods import INT8_METHODS
 INT8_NAMES = ("source", "forge", "forge-gated", "scale-adapt")
 FP32_NAMES = ("source-fp32", "bn-adapt", "tent")
 ALL_METHODS = INT8_NAMES + FP32_NAMES
+_METHOD_CLASSES = {**INT8_METHODS, GatedForge.name: GatedForge, **FP32_METHODS}
 # The baseline each method's recovery is measured against.
 SOURCE_OF = {"source": "source", "forge": "source", "forge-gated": "source",
              "scale-adapt": "source", "source-fp32": "source-fp32",
@@ -103,8 +104,7 @@ def images_to_run(config: EvalConfig, streams: Iterable[Stream]) -> int:
 
 
 def _is_adaptive(name: str) -> bool:
-  classes = {**INT8_METHODS, **FP32_METHODS, GatedForge.name: GatedForge}
-  return classes[name].adaptive
+  return _METHOD_CLASSES[name].adaptive
 
 
 def evaluate(config: EvalConfig, streams: Iterable[Stream], *, artifact: bytes | None,

@@ -12,6 +12,7 @@ from absl import logging
 
 from forge_tflm.converter.options import InputContract
 from forge_tflm.evaluate import report
+from forge_tflm.fileio import file_sha256
 from forge_tflm.evaluate.protocol import FP32_NAMES, EvalConfig, evaluate, images_to_run
 
 
@@ -52,9 +53,7 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
   if keras_path and any(m in FP32_NAMES for m in config.methods):
     import keras
     float_model = keras.saving.load_model(keras_path, compile=False)
-    with open(keras_path, "rb") as f:
-      meta["float_model"] = {"path": keras_path,
-                             "sha256": hashlib.sha256(f.read()).hexdigest()}
+    meta["float_model"] = {"path": keras_path, "sha256": file_sha256(keras_path)}
   contract = contract_from_manifest(manifest)
   total = images_to_run(config, streams)
   progress = None

@@ -18,7 +18,7 @@ from absl import logging
 import numpy as np
 
 from forge_tflm.data.imageset import ImageSet
-from forge_tflm.fileio import atomic_path, write_atomically
+from forge_tflm.fileio import atomic_path, file_sha256, write_atomically
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,7 +181,7 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
       "train_images": len(train_set),
       "test_data": test_set.source if test_set is not None else None,
       "parameters": int(model.count_params()),
-      "init_from_sha256": _sha256(config.init_from) if config.init_from else None,
+      "init_from_sha256": file_sha256(config.init_from) if config.init_from else None,
       "history": history,
       "final_test_accuracy": history[-1].get("test_accuracy") if history else None,
       "versions": {"tensorflow": tf.__version__, "keras": keras.__version__,
@@ -191,8 +191,3 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
   write_atomically({os.path.splitext(output)[0] + ".json": json.dumps(log, indent=2).encode()})
   return log
 
-
-def _sha256(path: str) -> str:
-  import hashlib
-  with open(path, "rb") as f:
-    return hashlib.sha256(f.read()).hexdigest()

@@ -73,20 +73,16 @@ def test_reset_starts_a_new_decision():
   assert gated.fired is None and gated.gains == []
 
 
-def test_probe_compares_against_the_source_not_the_adapted_state():
+def test_probe_compares_against_the_source_not_the_adapted_state(tmp_path):
   # On a real artifact: during the probe the gate's frozen logits are exactly
   # the source's and its adapted logits exactly ungated FORGE's, batch by batch.
-  import pathlib
-  import tempfile
-
   from forge_tflm.converter.options import ConvertOptions
   from forge_tflm.evaluate.int8_methods import Forge, Source
   from forge_tflm.runtime.segmented import SegmentedModel
   from tests.converter import tiny_models
 
-  with tempfile.TemporaryDirectory() as d:
-    tiny_models.convert_tiny(pathlib.Path(d), ConvertOptions(momentum=0.5, window=None))
-    data = (pathlib.Path(d) / "tiny.tflite").read_bytes()
+  tiny_models.convert_tiny(tmp_path, ConvertOptions(momentum=0.5, window=None))
+  data = (tmp_path / "tiny.tflite").read_bytes()
   gated = GatedForge(SegmentedModel(data), GateConfig(warmup_batches=4, delta=0.0))
   source, forge = Source(SegmentedModel(data)), Forge(SegmentedModel(data))
   x = source.model.quantize_input(
