@@ -1,4 +1,4 @@
-"""Sweep the confidence gate's probe length W and margin delta from one pass.
+"""Sweep the gate's probe length W and margin delta from one pass.
 
 Runs each stream once with both paths on every batch (frozen FORGE = source,
 adapting FORGE), keeping per-batch correct counts and mean top-1 confidences.
@@ -7,9 +7,14 @@ adapting path's state does not depend on the gate while it probes, the gate
 predicts with the frozen path during the probe, and afterwards it is either the
 ungated adapting path or the source. So one pass prices the whole grid; the
 chosen setting is then checked with `forge_tflm eval --methods=forge-gated`.
+Both gate signals are priced from the same records (confidence_drop takes its
+reference from the clean stream's source confidence), and `--records` reprices
+a saved pass without running the model again.
 
     python benchmarks/gate_sweep.py --artifact=runs/r20_forge.tflite \
         --data_dir=../shared/datasets/cifar10 --momentum=0.1 --output=gate_sweep.json
+    python benchmarks/gate_sweep.py --records=gate_sweep.json \
+        --signal=confidence_drop --deltas=0.02,0.03,0.04,0.05,0.06
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ import numpy as np
 from forge_tflm.corruptions import CORRUPTIONS
 from forge_tflm.data import load_dataset
 from forge_tflm.evaluate import streams as st
-from forge_tflm.evaluate.gate import gate_fires, top1_confidence
+from forge_tflm.evaluate.gate import (CONFIDENCE_DROP, SIGNALS, gate_fires,
+                                      top1_confidence)
 from forge_tflm.evaluate.int8_methods import override_options
 from forge_tflm.evaluate.protocol import ordering
 from forge_tflm.evaluate.run import contract_from_manifest, manifest_for
@@ -50,29 +56,21 @@ def record_stream(model: SegmentedModel, source: SegmentedModel, x_int8, labels,
   return np.array(rows)
 
 
-def gated_accuracy(rows: np.ndarray, warmup: int, delta: float) -> tuple[float, bool]:
-  n, cf, ca, pf, pa = rows.T
-  fired = gate_fires((pa - pf)[:warmup], delta)
+def probe_scores(rows: np.ndarray, signal: str, reference: float) -> np.ndarray:
+  """Per-batch gate scores, as GatedForge computes them (gate.probe_score)."""
+  _, _, _, pf, pa = rows.T
+  return reference - pf if signal == CONFIDENCE_DROP else pa - pf
+
+
+def gated_accuracy(rows: np.ndarray, warmup: int, delta: float, signal: str,
+                   reference: float) -> tuple[float, bool]:
+  n, cf, ca, _, _ = rows.T
+  fired = gate_fires(probe_scores(rows, signal, reference)[:warmup], delta)
   correct = cf[:warmup].sum() + (ca if fired else cf)[warmup:].sum()
   return float(correct / n.sum()), fired
 
 
-def main():
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--artifact", required=True)
-  p.add_argument("--data_dir", required=True)
-  p.add_argument("--dataset", default="cifar10")
-  p.add_argument("--severity", type=int, default=5)
-  p.add_argument("--batch_size", type=int, default=64)
-  p.add_argument("--momentum", type=float)
-  p.add_argument("--window", type=int)
-  p.add_argument("--warmups", default="2,3,5,10")
-  p.add_argument("--deltas", default="-0.03,-0.02,-0.01,0,0.01")
-  p.add_argument("--orderings", type=int, default=1)
-  p.add_argument("--kernels", default="optimized")
-  p.add_argument("--output", help="JSON with the per-stream records and the grid")
-  args = p.parse_args()
-
+def run_records(args) -> dict[str, list[np.ndarray]]:
   with open(args.artifact, "rb") as f:
     data = f.read()
   model, source = SegmentedModel(data, args.kernels), SegmentedModel(data, args.kernels)
@@ -90,14 +88,46 @@ def main():
     r = records[stream.name][0]
     print(f"{stream.name:18s} source {100 * r[:, 1].sum() / r[:, 0].sum():5.1f}"
           f"  forge {100 * r[:, 2].sum() / r[:, 0].sum():5.1f}", flush=True)
+  return records
 
+
+def main():
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--artifact")
+  p.add_argument("--data_dir")
+  p.add_argument("--records", help="reprice the records of a saved --output instead"
+                 " of running the model")
+  p.add_argument("--signal", choices=SIGNALS, default=SIGNALS[0])
+  p.add_argument("--dataset", default="cifar10")
+  p.add_argument("--severity", type=int, default=5)
+  p.add_argument("--batch_size", type=int, default=64)
+  p.add_argument("--momentum", type=float)
+  p.add_argument("--window", type=int)
+  p.add_argument("--warmups", default="2,3,5,10")
+  p.add_argument("--deltas", default="-0.03,-0.02,-0.01,0,0.01")
+  p.add_argument("--orderings", type=int, default=1)
+  p.add_argument("--kernels", default="optimized")
+  p.add_argument("--output", help="JSON with the per-stream records and the grid")
+  args = p.parse_args()
+  if args.records:
+    with open(args.records) as f:
+      records = {k: [np.array(r) for r in v] for k, v in json.load(f)["records"].items()}
+  elif args.artifact and args.data_dir:
+    records = run_records(args)
+  else:
+    p.error("give --artifact and --data_dir, or --records")
+  # The clean stream's source confidence (every ordering sees the same images).
+  clean = records["clean"][0]
+  reference = float((clean[:, 0] * clean[:, 3]).sum() / clean[:, 0].sum())
+  print(f"signal {args.signal}" + (f", clean reference {reference:.4f}"
+                                   if args.signal == CONFIDENCE_DROP else ""))
   grid = []
   warmups = [int(w) for w in args.warmups.split(",")]
   deltas = [float(d) for d in args.deltas.split(",")]
   for warmup, delta in itertools.product(warmups, deltas):
     per_stream = {}
     for name, runs in records.items():
-      outcomes = [gated_accuracy(r, warmup, delta) for r in runs]
+      outcomes = [gated_accuracy(r, warmup, delta, args.signal, reference) for r in runs]
       source = np.mean([r[:, 1].sum() / r[:, 0].sum() for r in runs])
       ungated = np.mean([r[:, 2].sum() / r[:, 0].sum() for r in runs])
       per_stream[name] = {"gated": float(np.mean([a for a, _ in outcomes])),
@@ -127,7 +157,7 @@ def main():
           f"{'' if 'clean' in fired else ' (not clean)'} |")
   if args.output:
     with open(args.output, "w") as f:
-      json.dump({"args": vars(args), "grid": grid,
+      json.dump({"args": vars(args), "reference": reference, "grid": grid,
                  "records": {k: [r.tolist() for r in v] for k, v in records.items()}},
                 f, indent=1)
 

@@ -27,6 +27,9 @@ common=(--artifact=$ART --data_dir="$DATA" --severity=5)
 python benchmarks/gate_sweep.py --artifact=$ART --data_dir="$DATA" --momentum=0.1 \
     --orderings=3 --warmups=2,3,5,10,20 --deltas=-0.01,0,0.01,0.02,0.03 \
     --output="$OUT/gate_sweep.json" > "$OUT/gate_sweep.md"
+# The same records priced for the confidence_drop signal.
+python benchmarks/gate_sweep.py --records="$OUT/gate_sweep.json" --signal=confidence_drop \
+    --warmups=2,3,5,10,20 --deltas=0.02,0.03,0.04,0.05,0.06 > "$OUT/gate_sweep_drop.md"
 
 # Every method, batch 64, m = 0.1, three orderings.
 forge_tflm eval "${common[@]}" --keras_model=$MODEL --include_clean \
@@ -36,6 +39,9 @@ forge_tflm eval "${common[@]}" --keras_model=$MODEL --include_clean \
 # The gate at its defaults (chosen from the sweep), three orderings.
 forge_tflm eval "${common[@]}" --methods=source,forge,forge-gated --include_clean \
     --batch_size=64 --momentum=0.1 --orderings=3 --output_dir="$OUT/gate_default_bs64"
+forge_tflm eval "${common[@]}" --methods=source,forge,forge-gated --include_clean \
+    --gate_signal=confidence_drop --batch_size=64 --momentum=0.1 --orderings=3 \
+    --output_dir="$OUT/gate_drop_bs64"
 
 # Batch 1 vs 64 per variance estimator: window-matched (m = 1/640) vs fixed m = 0.1.
 for variance in running batch; do

@@ -7,7 +7,7 @@ The public API, imported lazily so that `forge_tflm --help` stays fast:
     RecalibOptions, RecalibState, QuantParams, forge_recalib_c, forge_recalib_reference
     load_dataset, ImageSet                   datasets
     corrupt, CORRUPTIONS                     CIFAR-C / Tiny-ImageNet-C corruptions
-    EvalConfig, evaluate                     the evaluation protocol
+    EvalConfig, GateConfig, evaluate         the evaluation protocol
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ _EXPORTS = {
     "corrupt": "forge_tflm.corruptions",
     "CORRUPTIONS": "forge_tflm.corruptions",
     "EvalConfig": "forge_tflm.evaluate.protocol",
+    "GateConfig": "forge_tflm.evaluate.gate",
     "evaluate": "forge_tflm.evaluate.protocol",
 }
 

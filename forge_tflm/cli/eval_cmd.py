@@ -55,11 +55,21 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
                        flag_values=fv)
   flags.DEFINE_enum("variance", None, ["batch", "running"],
                     "Override FORGE variance estimator.", flag_values=fv)
+  flags.DEFINE_enum("gate_signal", "confidence_gain",
+                    ["confidence_gain", "confidence_drop"],
+                    "Gate score per probe batch: confidence_gain = adapting minus"
+                    " source mean top-1 confidence; confidence_drop = clean reference"
+                    " minus source confidence (is the stream shifted?).",
+                    flag_values=fv)
   flags.DEFINE_integer("gate_warmup", None, "Gate: batches probed with both paths"
-                       " (default: 1280 images' worth, 20 batches at batch 64).",
-                       flag_values=fv)
-  flags.DEFINE_float("gate_delta", 0.0, "Gate: minimum mean confidence gain to keep"
-                     " adapting.", flag_values=fv)
+                       " (default: 1280 images' worth for confidence_gain, 640 for"
+                       " confidence_drop).", flag_values=fv)
+  flags.DEFINE_float("gate_delta", None, "Gate: keep adapting iff the probe's mean"
+                     " score exceeds this (default: 0 for confidence_gain, 0.05 for"
+                     " confidence_drop).", flag_values=fv)
+  flags.DEFINE_float("gate_reference", None, "confidence_drop: the source's mean"
+                     " top-1 confidence on clean held-out data (default: measured on"
+                     " the clean split of generated corruptions).", flag_values=fv)
   flags.DEFINE_string("output_dir", None, "Where results.* go.", flag_values=fv,
                       required=True)
   return fv
@@ -79,11 +89,13 @@ def run(fv: flags.FlagValues, command: str) -> int:
   config = EvalConfig(
       methods=tuple(fv.methods), batch_size=fv.batch_size, orderings=fv.orderings,
       ordering_seed=fv.seed, kernels=fv.kernels,
-      gate=GateConfig(warmup_batches=fv.gate_warmup, delta=fv.gate_delta),
+      gate=GateConfig(warmup_batches=fv.gate_warmup, delta=fv.gate_delta,
+                      signal=fv.gate_signal, reference=fv.gate_reference),
       momentum=fv.momentum, window=fv.window, variance=fv.variance)
   if not fv.artifact and not fv.keras_model:
     raise ValueError("give --artifact and/or --keras_model")
   limit = fv.limit or None
+  clean = None
   if fv.corrupted_from == "generated":
     split = fv.split or ("val" if fv.dataset == "tiny_imagenet" else "test")
     clean = load_dataset(fv.dataset, split, fv.data_dir).random_subset(limit, fv.seed)
@@ -101,7 +113,8 @@ def run(fv: flags.FlagValues, command: str) -> int:
     description = f"tfds cifar10_corrupted, severity {fv.severity}"
   doc = run_evaluation(config, streams, artifact_path=fv.artifact,
                        keras_path=fv.keras_model, output_dir=fv.output_dir,
-                       command=command, data_description=description)
+                       command=command, data_description=description,
+                       clean_images=None if clean is None else clean.images)
   from forge_tflm.evaluate.report import to_markdown
   print(to_markdown(doc["results"], doc["gate"]))
   return 0

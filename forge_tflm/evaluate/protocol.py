@@ -112,12 +112,12 @@ def evaluate(config: EvalConfig, streams: Iterable[Stream], *, artifact: bytes |
   """Runs every method over every stream and ordering; returns raw results.
 
   Returns {"accuracy": {method: {stream: [acc per ordering]}},
-           "gate": {stream: [fired per ordering]}, "gate_gain": {...},
+           "gate": {stream: [fired per ordering]}, "gate_score": {...},
            "seconds": {method: total}}.
   """
   methods = build_methods(config, artifact, float_model, contract)
   accuracy = {m: {} for m in methods}
-  gate, gate_gain = {}, {}
+  gate, gate_score = {}, {}
   seconds = {m: 0.0 for m in methods}
   for stream in streams:
     inputs_int8 = None
@@ -142,8 +142,8 @@ def evaluate(config: EvalConfig, streams: Iterable[Stream], *, artifact: bytes |
         seconds[name] += time.perf_counter() - t0
         if name == "forge-gated":
           gate.setdefault(stream.name, []).append(bool(method.fired))
-          gate_gain.setdefault(stream.name, []).append(method.mean_gain)
+          gate_score.setdefault(stream.name, []).append(method.mean_score)
       accuracy[name][stream.name] = accs * (config.orderings // runs)
   for method in methods.values():
     method.reset()  # Leave the float model as it came (adaptation mutates it).
-  return {"accuracy": accuracy, "gate": gate, "gate_gain": gate_gain, "seconds": seconds}
+  return {"accuracy": accuracy, "gate": gate, "gate_score": gate_score, "seconds": seconds}

@@ -35,10 +35,15 @@ def contract_from_manifest(manifest: dict | None) -> InputContract:
 
 def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | None,
                    keras_path: str | None, output_dir: str | None, command: str,
-                   data_description: str, show_progress: bool = True) -> dict:
-  """Evaluates, writes results.{json,csv,md,png} to output_dir; returns the JSON doc."""
+                   data_description: str, show_progress: bool = True,
+                   clean_images=None) -> dict:
+  """Evaluates, writes results.{json,csv,md,png} to output_dir; returns the JSON doc.
+
+  clean_images (uint8, uncorrupted, unlabeled) give the confidence_drop gate its
+  reference when the config does not set one.
+  """
   artifact = None
-  meta: dict = {"command": command, "config": _config_json(config), "data": data_description}
+  meta: dict = {"command": command, "data": data_description}
   manifest = None
   if artifact_path:
     with open(artifact_path, "rb") as f:
@@ -55,6 +60,9 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
     float_model = keras.saving.load_model(keras_path, compile=False)
     meta["float_model"] = {"path": keras_path, "sha256": file_sha256(keras_path)}
   contract = contract_from_manifest(manifest)
+  if "forge-gated" in config.methods and config.gate.needs_reference:
+    config = _with_gate_reference(config, artifact, contract, clean_images)
+  meta["config"] = _config_json(config)
   total = images_to_run(config, streams)
   progress = None
   if show_progress:
@@ -80,9 +88,27 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
   return doc
 
 
+def _with_gate_reference(config: EvalConfig, artifact: bytes | None, contract,
+                         clean_images) -> EvalConfig:
+  from forge_tflm.evaluate.gate import clean_reference
+  from forge_tflm.runtime.segmented import SegmentedModel
+
+  if clean_images is None or artifact is None:
+    raise ValueError("the confidence_drop gate needs the source's mean confidence on"
+                     " clean data: pass --gate_reference, or evaluate generated"
+                     " corruptions (their clean split gives it)")
+  model = SegmentedModel(artifact, config.kernels)
+  reference = clean_reference(model, model.quantize_input(contract.to_float(clean_images)))
+  logging.info("gate reference: source mean top-1 confidence %.4f on %d clean images",
+               reference, len(clean_images))
+  return dataclasses.replace(config, gate=dataclasses.replace(config.gate,
+                                                              reference=reference))
+
+
 def _config_json(config: EvalConfig) -> dict:
   d = dataclasses.asdict(config)
   d["methods"] = list(config.methods)
   # The probe length as used (its default depends on the batch size).
   d["gate"]["warmup_batches"] = config.gate.batches(config.batch_size)
+  d["gate"]["delta"] = config.gate.margin
   return d

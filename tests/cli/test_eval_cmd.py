@@ -61,3 +61,31 @@ def test_eval_from_cifar_c_directory(setup, capsys, tmp_path):
   doc = json.loads((out / "results.json").read_text())
   assert doc["streams"] == {"fog": 8, "gaussian_noise": 8}
   assert "severity 2" in doc["data"]
+
+
+def test_eval_drop_gate_measures_its_reference_on_the_clean_split(setup, capsys):
+  d, _, data_dir = setup
+  out = d / "eval_drop"
+  code = cli.main(["forge_tflm", "eval", f"--artifact={d / 'tiny.tflite'}",
+                   f"--data_dir={data_dir}", "--methods=source,forge-gated",
+                   "--gate_signal=confidence_drop", "--gate_warmup=2",
+                   "--corruptions=contrast", "--batch_size=4", f"--output_dir={out}"])
+  assert code == 0, capsys.readouterr().err
+  gate = json.loads((out / "results.json").read_text())["config"]["gate"]
+  assert gate["signal"] == "confidence_drop" and gate["delta"] == 0.05
+  assert 0.0 < gate["reference"] <= 1.0
+
+
+def test_eval_drop_gate_without_clean_data_needs_a_reference(setup, capsys, tmp_path):
+  d, _, _ = setup
+  cdir, _, _ = fixtures.write_cifar_c(str(tmp_path), n=8)
+  args = ["forge_tflm", "eval", f"--artifact={d / 'tiny.tflite'}",
+          "--corrupted_from=cifar_c", f"--cifar_c_dir={cdir}", "--corruptions=fog",
+          "--methods=forge-gated", "--gate_signal=confidence_drop", "--batch_size=4",
+          f"--output_dir={tmp_path / 'eval'}"]
+  assert cli.main(args) == 1
+  assert "--gate_reference" in capsys.readouterr().err
+  assert not (tmp_path / "eval").exists()
+  assert cli.main(args + ["--gate_reference=0.9"]) == 0, capsys.readouterr().err
+  doc = json.loads((tmp_path / "eval" / "results.json").read_text())
+  assert doc["config"]["gate"]["reference"] == 0.9

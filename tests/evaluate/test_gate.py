@@ -1,8 +1,12 @@
 """Gate logic with a scripted model: probe both paths, then keep or revert."""
 
+
 import numpy as np
 
-from forge_tflm.evaluate.gate import GateConfig, GatedForge, top1_confidence
+import pytest
+
+from forge_tflm.evaluate.gate import (CONFIDENCE_DROP, GateConfig, GatedForge,
+                                      clean_reference, top1_confidence)
 
 
 class ScriptedModel:
@@ -50,7 +54,7 @@ def test_gate_fires_when_adapting_is_more_confident():
   # Probe: frozen then adapt per batch; afterwards adapt only.
   assert model.calls == ["frozen", "adapt", "frozen", "adapt", "adapt", "adapt"]
   assert model.resets == 1 + 2  # One source pass per probe batch.
-  assert abs(gated.mean_gain - 0.4) < 1e-5
+  assert abs(gated.mean_score - 0.4) < 1e-5
 
 
 def test_gate_reverts_to_source_when_gain_is_below_delta():
@@ -70,7 +74,7 @@ def test_reset_starts_a_new_decision():
   _stream(gated, 2)
   assert gated.fired
   gated.reset()
-  assert gated.fired is None and gated.gains == []
+  assert gated.fired is None and gated.scores == []
 
 
 def test_probe_compares_against_the_source_not_the_adapted_state(tmp_path):
@@ -94,7 +98,7 @@ def test_probe_compares_against_the_source_not_the_adapted_state(tmp_path):
     want_forge = forge.predict(batch)
     np.testing.assert_array_equal(got, want_source)
     gain = top1_confidence(want_forge).mean() - top1_confidence(want_source).mean()
-    assert abs(gated.gains[i] - gain) < 1e-6
+    assert abs(gated.scores[i] - gain) < 1e-6
     if i < 3:  # Until the decision, the adapting path keeps its own state.
       for a, b in zip(gated.model.get_state(), forge.model.get_state()):
         np.testing.assert_array_equal(a, b)
@@ -110,3 +114,53 @@ def test_default_probe_covers_the_same_images_at_any_batch_size():
   assert gated.fired is None
   _stream(gated, 1)
   assert gated.fired is True
+
+
+def test_drop_gate_fires_when_source_is_less_confident_than_on_clean_data():
+  # Source confidence 0.5 against a clean reference of 0.9: a shifted stream.
+  model = ScriptedModel(adapt_confidence=0.3)  # The adapting path's confidence is ignored.
+  gated = GatedForge(model, GateConfig(warmup_batches=2, signal=CONFIDENCE_DROP,
+                                       reference=0.9))
+  _stream(gated, 3)
+  assert gated.fired is True
+  assert abs(gated.mean_score - 0.4) < 1e-5
+  assert model.calls == ["frozen", "adapt", "frozen", "adapt", "adapt"]
+
+
+def test_drop_gate_stays_off_near_the_clean_reference():
+  model = ScriptedModel(adapt_confidence=0.9)  # Would fire the gain gate.
+  gated = GatedForge(model, GateConfig(warmup_batches=2, signal=CONFIDENCE_DROP,
+                                       reference=0.52))
+  _stream(gated, 3)
+  assert gated.fired is False  # 0.02 < the default margin 0.05.
+  assert model.calls[-1] == "frozen"
+
+
+def test_gate_config_defaults_and_errors():
+  drop = GateConfig(signal=CONFIDENCE_DROP, reference=0.9)
+  assert drop.batches(64) == 10 and drop.batches(1) == 640 and drop.margin == 0.05
+  assert GateConfig().margin == 0.0 and GateConfig(delta=-0.01).margin == -0.01
+  assert GateConfig(signal=CONFIDENCE_DROP).needs_reference
+  with pytest.raises(ValueError, match="needs the source's clean confidence"):
+    GatedForge(ScriptedModel(0.9), GateConfig(signal=CONFIDENCE_DROP))
+  with pytest.raises(ValueError, match="unknown gate signal"):
+    GateConfig(signal="entropy")
+  with pytest.raises(ValueError, match="in \\(0, 1\\]"):
+    GateConfig(signal=CONFIDENCE_DROP, reference=1.5)
+
+
+def test_clean_reference_is_the_sources_mean_confidence(tmp_path):
+  from forge_tflm.converter.options import ConvertOptions
+  from forge_tflm.evaluate.int8_methods import Source
+  from forge_tflm.runtime.segmented import SegmentedModel
+  from tests.converter import tiny_models
+
+  tiny_models.convert_tiny(tmp_path, ConvertOptions(momentum=0.5, window=None))
+  data = (tmp_path / "tiny.tflite").read_bytes()
+  source = Source(SegmentedModel(data))
+  x = source.model.quantize_input(
+      tiny_models.random_images(20, size=16, seed=4).astype(np.float32) / 255.0)
+  want = top1_confidence(source.predict(x)).mean()
+  model = SegmentedModel(data)
+  model.run(x[:8])  # Adapted state must not leak into the reference.
+  assert abs(clean_reference(model, x, batch_size=6) - want) < 1e-6
