@@ -41,6 +41,44 @@ def test_train_writes_model_and_log_and_resumes(tmp_path, capsys):
   assert model.output_shape == (None, 3)
 
 
+def test_train_resumes_with_another_jit_setting(tmp_path, monkeypatch):
+  """XLA changes the speed, not the recipe: a stopped run may resume without it."""
+  import keras
+  data_dir = _dataset(tmp_path)
+  out = str(tmp_path / "r20.keras")
+  argv = ["forge_tflm", "train", "--model=resnet20", f"--data_dir={data_dir}",
+          f"--output={out}", "--epochs=2", "--warmup_epochs=0", "--batch_size=4"]
+  assert cli.main(argv + ["--nojit_compile"]) == 0
+  # Simulate a run stopped after its first epoch.
+  state_path = out + ".ckpt/state.json"
+  with open(state_path) as f:
+    state = json.load(f)
+  state["history"] = state["history"][:1]
+  state["config"]["jit_compile"] = True
+  with open(state_path, "w") as f:
+    json.dump(state, f)
+
+  # ... whose checkpoint was compiled with XLA.
+  real_load = keras.saving.load_model
+  def load_model(*args, **kwargs):
+    model = real_load(*args, **kwargs)
+    model.jit_compile = True
+    return model
+  monkeypatch.setattr(keras.saving, "load_model", load_model)
+  seen = []
+  real_fit = keras.Model.fit
+  def fit(self, *args, **kwargs):
+    seen.append(self.jit_compile)
+    return real_fit(self, *args, **kwargs)
+  monkeypatch.setattr(keras.Model, "fit", fit)
+  assert cli.main(argv + ["--nojit_compile"]) == 0
+  assert seen == [False]  # Only epoch 2 ran, with the resumed run's setting.
+  with open(str(tmp_path / "r20.json")) as f:
+    log = json.load(f)
+  assert [h["epoch"] for h in log["history"]] == [1, 2]
+  assert log["config"]["jit_compile"] is False
+
+
 def test_train_missing_data_is_one_line_error_and_no_output(tmp_path, capsys):
   out = tmp_path / "m.keras"
   code = cli.main(["forge_tflm", "train", f"--data_dir={tmp_path / 'absent'}",

@@ -1,0 +1,40 @@
+"""The bundled models reproduce the test accuracy their training logs record."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+MODELS = ("resnet20_cifar10", "mobilenet_v2_0.5_cifar10")
+
+
+def _log(name):
+  with open(os.path.join(REPO_ROOT, "models", name + ".json")) as f:
+    return json.load(f)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_log_names_the_command_that_wrote_the_model(name):
+  log = _log(name)
+  assert log["command"].startswith("forge_tflm train ")
+  assert f"--model={log['model']}" in log["command"]
+  assert len(log["history"]) == log["config"]["epochs"]
+  assert log["final_test_accuracy"] == log["history"][-1]["test_accuracy"]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_model_reproduces_logged_test_accuracy(shared_cifar10, name):
+  import keras
+  from forge_tflm.data import load_dataset
+
+  test = load_dataset("cifar10", "test", shared_cifar10)
+  model = keras.saving.load_model(os.path.join(REPO_ROOT, "models", name + ".keras"),
+                                  compile=False)
+  logits = model.predict(test.images.astype(np.float32) / 255.0, batch_size=500,
+                         verbose=0)
+  accuracy = float((logits.argmax(-1) == test.labels).mean())
+  # Float evaluation with another batch size may flip an image or two.
+  assert abs(accuracy - _log(name)["final_test_accuracy"]) <= 2e-4, accuracy
