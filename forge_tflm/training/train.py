@@ -46,8 +46,8 @@ class TrainConfig:
 
 # Settings that change how fast a run goes, not what it computes: a stopped run
 # may resume with different values (XLA's speed on CPU varies by model and
-# machine: 2.3x slower than plain kernels for ResNet-20 on one EPYC host, 1.4x
-# faster on another).
+# machine: for ResNet-20 1.4x faster than plain kernels on one host, up to 2.3x
+# slower on another).
 _EXECUTION_ONLY = ("jit_compile",)
 
 
