@@ -1,19 +1,22 @@
 """Sweep the gate's probe length W and margin delta from one pass.
 
 Runs each stream once with both paths on every batch (frozen FORGE = source,
-adapting FORGE), keeping per-batch correct counts and mean top-1 confidences.
+adapting FORGE), keeping per-batch correct counts and the gate's probe sums
+(gate.ProbeStats: confidences and softmax vectors, summed over the batch).
 The gate's outcome for any (W, delta) follows exactly from those records: the
 adapting path's state does not depend on the gate while it probes, the gate
 predicts with the frozen path during the probe, and afterwards it is either the
 ungated adapting path or the source. So one pass prices the whole grid; the
 chosen setting is then checked with `forge_tflm eval --methods=forge-gated`.
-Both gate signals are priced from the same records (confidence_drop takes its
+Every gate signal is priced from the same records (confidence_drop takes its
 reference from the clean stream's source confidence), and `--records` reprices
-a saved pass without running the model again.
+a pass saved with `--save_records` without running the model again (the records
+are per batch, a few MB: keep them out of committed results).
 
     python benchmarks/gate_sweep.py --artifact=runs/r20_forge.tflite \
-        --data_dir=../shared/datasets/cifar10 --momentum=0.1 --output=gate_sweep.json
-    python benchmarks/gate_sweep.py --records=gate_sweep.json \
+        --data_dir=../shared/datasets/cifar10 --momentum=0.1 \
+        --save_records=runs/gate_records.json --output=gate_sweep.json
+    python benchmarks/gate_sweep.py --records=runs/gate_records.json \
         --signal=confidence_drop --deltas=0.02,0.03,0.04,0.05,0.06
 """
 
@@ -28,8 +31,8 @@ import numpy as np
 from forge_tflm.corruptions import CORRUPTIONS
 from forge_tflm.data import load_dataset
 from forge_tflm.evaluate import streams as st
-from forge_tflm.evaluate.gate import (CONFIDENCE_DROP, SIGNALS, gate_fires,
-                                      top1_confidence)
+from forge_tflm.evaluate.gate import (CONFIDENCE_DROP, SIGNALS, GateConfig, ProbeStats,
+                                      gate_fires)
 from forge_tflm.evaluate.int8_methods import override_options
 from forge_tflm.evaluate.protocol import ordering
 from forge_tflm.evaluate.run import contract_from_manifest, manifest_for
@@ -38,7 +41,7 @@ from forge_tflm.runtime.segmented import ADAPT, FROZEN, SegmentedModel
 
 def record_stream(model: SegmentedModel, source: SegmentedModel, x_int8, labels, order,
                   batch):
-  """Per batch: (n, correct source, correct adapting, conf source, conf adapting).
+  """Per batch: [correct source, correct adapting] + ProbeStats.to_row().
 
   `source` is never adapted, so its frozen pass is the artifact at its clean targets.
   """
@@ -49,24 +52,18 @@ def record_stream(model: SegmentedModel, source: SegmentedModel, x_int8, labels,
     frozen = source.dequantize_output(source.run(x_int8[idx], mode=FROZEN))
     adapted = model.dequantize_output(model.run(x_int8[idx], mode=ADAPT))
     y = labels[idx]
-    rows.append((len(idx), int((frozen.argmax(1) == y).sum()),
-                 int((adapted.argmax(1) == y).sum()),
-                 float(top1_confidence(frozen).mean()),
-                 float(top1_confidence(adapted).mean())))
+    rows.append(np.concatenate([[(frozen.argmax(1) == y).sum(), (adapted.argmax(1) == y).sum()],
+                                ProbeStats.of_batch(frozen, adapted).to_row()]))
   return np.array(rows)
 
 
-def probe_scores(rows: np.ndarray, signal: str, reference: float) -> np.ndarray:
-  """Per-batch gate scores, as GatedForge computes them (gate.probe_score)."""
-  _, _, _, pf, pa = rows.T
-  return reference - pf if signal == CONFIDENCE_DROP else pa - pf
-
-
-def gated_accuracy(rows: np.ndarray, warmup: int, delta: float, signal: str,
-                   reference: float) -> tuple[float, bool]:
-  n, cf, ca, _, _ = rows.T
-  fired = gate_fires(probe_scores(rows, signal, reference)[:warmup], delta)
-  correct = cf[:warmup].sum() + (ca if fired else cf)[warmup:].sum()
+def gated_accuracy(rows: np.ndarray, gate: GateConfig) -> tuple[float, bool]:
+  """The accuracy GatedForge gets on the recorded stream, and whether it fired."""
+  correct_source, correct_adapted, n = rows[:, 0], rows[:, 1], rows[:, 2]
+  warmup = gate.warmup_batches
+  fired = gate_fires(ProbeStats.from_row(rows[:warmup, 2:].sum(axis=0)), gate)
+  correct = correct_source[:warmup].sum() + (correct_adapted if fired
+                                             else correct_source)[warmup:].sum()
   return float(correct / n.sum()), fired
 
 
@@ -86,8 +83,8 @@ def run_records(args) -> dict[str, list[np.ndarray]]:
                       args.batch_size)
         for k in range(args.orderings)]
     r = records[stream.name][0]
-    print(f"{stream.name:18s} source {100 * r[:, 1].sum() / r[:, 0].sum():5.1f}"
-          f"  forge {100 * r[:, 2].sum() / r[:, 0].sum():5.1f}", flush=True)
+    print(f"{stream.name:18s} source {100 * r[:, 0].sum() / r[:, 2].sum():5.1f}"
+          f"  forge {100 * r[:, 1].sum() / r[:, 2].sum():5.1f}", flush=True)
   return records
 
 
@@ -95,8 +92,9 @@ def main():
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--artifact")
   p.add_argument("--data_dir")
-  p.add_argument("--records", help="reprice the records of a saved --output instead"
-                 " of running the model")
+  p.add_argument("--records", help="reprice the records of a --save_records file"
+                 " instead of running the model")
+  p.add_argument("--save_records", help="JSON for the per-batch records of this pass")
   p.add_argument("--signal", choices=SIGNALS, default=SIGNALS[0])
   p.add_argument("--dataset", default="cifar10")
   p.add_argument("--severity", type=int, default=5)
@@ -107,18 +105,18 @@ def main():
   p.add_argument("--deltas", default="-0.03,-0.02,-0.01,0,0.01")
   p.add_argument("--orderings", type=int, default=1)
   p.add_argument("--kernels", default="optimized")
-  p.add_argument("--output", help="JSON with the per-stream records and the grid")
+  p.add_argument("--output", help="JSON with the grid (per-stream outcomes)")
   args = p.parse_args()
   if args.records:
     with open(args.records) as f:
-      records = {k: [np.array(r) for r in v] for k, v in json.load(f)["records"].items()}
+      records = {k: [np.array(r) for r in v] for k, v in json.load(f).items()}
   elif args.artifact and args.data_dir:
     records = run_records(args)
   else:
     p.error("give --artifact and --data_dir, or --records")
   # The clean stream's source confidence (every ordering sees the same images).
-  clean = records["clean"][0]
-  reference = float((clean[:, 0] * clean[:, 3]).sum() / clean[:, 0].sum())
+  clean = ProbeStats.from_row(records["clean"][0][:, 2:].sum(axis=0))
+  reference = clean.confidence_source / clean.images
   print(f"signal {args.signal}" + (f", clean reference {reference:.4f}"
                                    if args.signal == CONFIDENCE_DROP else ""))
   grid = []
@@ -127,9 +125,11 @@ def main():
   for warmup, delta in itertools.product(warmups, deltas):
     per_stream = {}
     for name, runs in records.items():
-      outcomes = [gated_accuracy(r, warmup, delta, args.signal, reference) for r in runs]
-      source = np.mean([r[:, 1].sum() / r[:, 0].sum() for r in runs])
-      ungated = np.mean([r[:, 2].sum() / r[:, 0].sum() for r in runs])
+      gate = GateConfig(warmup, delta, args.signal,
+                        reference if args.signal == CONFIDENCE_DROP else None)
+      outcomes = [gated_accuracy(r, gate) for r in runs]
+      source = np.mean([r[:, 0].sum() / r[:, 2].sum() for r in runs])
+      ungated = np.mean([r[:, 1].sum() / r[:, 2].sum() for r in runs])
       per_stream[name] = {"gated": float(np.mean([a for a, _ in outcomes])),
                           "source": float(source), "ungated": float(ungated),
                           "fired": [f for _, f in outcomes]}
@@ -155,11 +155,12 @@ def main():
           f" {g['mean_recovery_ungated']:+.2f} | {g['worst_vs_source']:+.2f} |"
           f" {g['clean_vs_source']:+.2f} | {len(fired)}/{len(g['fired'])}"
           f"{'' if 'clean' in fired else ' (not clean)'} |")
+  if args.save_records:
+    with open(args.save_records, "w") as f:
+      json.dump({k: [r.tolist() for r in v] for k, v in records.items()}, f)
   if args.output:
     with open(args.output, "w") as f:
-      json.dump({"args": vars(args), "reference": reference, "grid": grid,
-                 "records": {k: [r.tolist() for r in v] for k, v in records.items()}},
-                f, indent=1)
+      json.dump({"args": vars(args), "reference": reference, "grid": grid}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -23,25 +23,31 @@ python benchmarks/frozen_agreement.py --artifact=$ART --plain=$PLAIN --keras_mod
 
 common=(--artifact=$ART --data_dir="$DATA" --severity=5)
 
-# Gate: price the (W, delta) grid from one two-path pass (clean stream included).
+# Gate: price the (W, delta) grid from one two-path pass (clean stream included),
+# for the default signal and, from the same records, the two confidence signals.
 python benchmarks/gate_sweep.py --artifact=$ART --data_dir="$DATA" --momentum=0.1 \
-    --orderings=3 --warmups=2,3,5,10,20 --deltas=-0.01,0,0.01,0.02,0.03 \
-    --output="$OUT/gate_sweep.json" > "$OUT/gate_sweep.md"
-# The same records priced for the confidence_drop signal.
-python benchmarks/gate_sweep.py --records="$OUT/gate_sweep.json" --signal=confidence_drop \
+    --orderings=3 --warmups=2,3,4,5,10,20 --deltas=0.01,0.02,0.03,0.04,0.06,0.1 \
+    --save_records=runs/r20_gate_records.json --output="$OUT/gate_sweep.json" \
+    > "$OUT/gate_sweep.md"
+python benchmarks/gate_sweep.py --records=runs/r20_gate_records.json --signal=confidence_gain \
+    --warmups=2,3,5,10,20 --deltas=-0.01,0,0.01,0.02,0.03 > "$OUT/gate_sweep_gain.md"
+python benchmarks/gate_sweep.py --records=runs/r20_gate_records.json --signal=confidence_drop \
     --warmups=2,3,5,10,20 --deltas=0.02,0.03,0.04,0.05,0.06 > "$OUT/gate_sweep_drop.md"
 
-# Every method, batch 64, m = 0.1, three orderings.
+# Every method, batch 64, m = 0.1, three orderings (forge-gated: the default gate).
 forge_tflm eval "${common[@]}" --keras_model=$MODEL --include_clean \
     --methods=source,forge,forge-gated,scale-adapt,source-fp32,bn-adapt,tent \
     --batch_size=64 --momentum=0.1 --orderings=3 --output_dir="$OUT/main_bs64"
 
-# The gate at its defaults (chosen from the sweep), three orderings.
+# The gate with the other two signals at their defaults, three orderings.
+for signal in confidence_gain confidence_drop; do
+  forge_tflm eval "${common[@]}" --methods=source,forge,forge-gated --include_clean \
+      --gate_signal=$signal --batch_size=64 --momentum=0.1 --orderings=3 \
+      --output_dir="$OUT/gate_${signal#confidence_}_bs64"
+done
+# The default gate at batch 1 (window-matched momentum): same probe in images.
 forge_tflm eval "${common[@]}" --methods=source,forge,forge-gated --include_clean \
-    --batch_size=64 --momentum=0.1 --orderings=3 --output_dir="$OUT/gate_default_bs64"
-forge_tflm eval "${common[@]}" --methods=source,forge,forge-gated --include_clean \
-    --gate_signal=confidence_drop --batch_size=64 --momentum=0.1 --orderings=3 \
-    --output_dir="$OUT/gate_drop_bs64"
+    --batch_size=1 --window=640 --output_dir="$OUT/gate_default_bs1"
 
 # Batch 1 vs 64 per variance estimator: window-matched (m = 1/640) vs fixed m = 0.1.
 for variance in running batch; do

@@ -55,18 +55,20 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
                        flag_values=fv)
   flags.DEFINE_enum("variance", None, ["batch", "running"],
                     "Override FORGE variance estimator.", flag_values=fv)
-  flags.DEFINE_enum("gate_signal", "confidence_gain",
-                    ["confidence_gain", "confidence_drop"],
-                    "Gate score per probe batch: confidence_gain = adapting minus"
+  flags.DEFINE_enum("gate_signal", "diversity_gain",
+                    ["diversity_gain", "confidence_gain", "confidence_drop"],
+                    "Gate score over the probe: diversity_gain = entropy of the mean"
+                    " prediction, adapting minus source (does adapting undo the"
+                    " source's class collapse?); confidence_gain = adapting minus"
                     " source mean top-1 confidence; confidence_drop = clean reference"
                     " minus source confidence (is the stream shifted?).",
                     flag_values=fv)
   flags.DEFINE_integer("gate_warmup", None, "Gate: batches probed with both paths"
-                       " (default: 1280 images' worth for confidence_gain, 640 for"
-                       " confidence_drop).", flag_values=fv)
-  flags.DEFINE_float("gate_delta", None, "Gate: keep adapting iff the probe's mean"
-                     " score exceeds this (default: 0 for confidence_gain, 0.05 for"
-                     " confidence_drop).", flag_values=fv)
+                       " (default: 256 images' worth for diversity_gain, 1280 for"
+                       " confidence_gain, 640 for confidence_drop).", flag_values=fv)
+  flags.DEFINE_float("gate_delta", None, "Gate: keep adapting iff the probe's score"
+                     " exceeds this (default: 0.03 nats for diversity_gain, 0 for"
+                     " confidence_gain, 0.05 for confidence_drop).", flag_values=fv)
   flags.DEFINE_float("gate_reference", None, "confidence_drop: the source's mean"
                      " top-1 confidence on clean held-out data (default: measured on"
                      " the clean split of generated corruptions).", flag_values=fv)

@@ -7,18 +7,27 @@ itself can never hurt. (Frozen mode normalizes with whatever state the node
 holds, so the source pass swaps the adapted state out for the clean targets
 and back; comparing against frozen-at-the-adapted-state would only measure the
 latest update.) Then the gate keeps adapting for the rest of the stream only if
-the probe's mean score exceeds `delta`; otherwise it resets FORGE to the clean
+the probe's score exceeds `delta`; otherwise it resets FORGE to the clean
 targets and stays frozen (reverts to source).
 
-Two scores, per batch, from mean top-1 softmax confidences:
-  confidence_gain  conf(adapting) - conf(source)   (the method's gate; default)
-  confidence_drop  reference - conf(source), where reference is the source's
-                   mean confidence on clean held-out data: "is this stream
-                   shifted at all?" (maximum-softmax shift detection).
-The gain misjudges streams on which the source is confidently wrong: adapting
-fixes them but lowers confidence (impulse_noise on the bundled ResNet-20: +22.5
-points, gain -0.03, as negative as on jpeg_compression, which FORGE hurts).
-See benchmarks/results/resnet20_cifar10/ (gate_sweep*.md) for both.
+Scores, over all of the probe's images (so they mean the same at any batch size):
+  diversity_gain   H(mean p_adapting) - H(mean p_source), in nats: does adapting
+                   undo the source's collapse onto a few classes? (default)
+  confidence_gain  mean top-1 confidence, adapting minus source (the method's
+                   original statistic)
+  confidence_drop  reference - mean top-1 confidence of the source, where the
+                   reference is the source's confidence on clean held-out data:
+                   "is this stream shifted at all?" (needs that reference)
+Why diversity is the default: under a shift the BN-folded source piles its
+predictions onto a few classes, often confidently, and re-normalizing spreads
+them out again. Confidence misjudges exactly the streams where the source is
+confidently wrong. On the bundled ResNet-20 (3 orderings) FORGE lifts
+impulse_noise by 21.4 points and lowers jpeg_compression by 3.8, yet their
+confidence gains over 1280 images overlap (-0.012 to -0.028 vs -0.025 to
+-0.027); their diversity gains over 256 images do not (0.42 to 0.51 vs 0 to
+0.015 nats). The diversity gain assumes the stream is not label-shifted
+(classes roughly balanced over the probe), as BN-style adaptation itself does.
+Figures: benchmarks/results/resnet20_cifar10/ (gate_sweep*.md).
 """
 
 from __future__ import annotations
@@ -30,26 +39,26 @@ import numpy as np
 from forge_tflm.evaluate.int8_methods import Int8Method
 from forge_tflm.runtime.segmented import ADAPT, FROZEN
 
+DIVERSITY_GAIN = "diversity_gain"
 CONFIDENCE_GAIN = "confidence_gain"
 CONFIDENCE_DROP = "confidence_drop"
-SIGNALS = (CONFIDENCE_GAIN, CONFIDENCE_DROP)
+SIGNALS = (DIVERSITY_GAIN, CONFIDENCE_GAIN, CONFIDENCE_DROP)
 
-# Default probe length in images, so that the probe means the same at any batch
-# size (at batch 1 the gain probe is 1280 batches, not 20), and default margin.
-# Both chosen on the bundled ResNet-20 over 3 orderings (gate_sweep*.md): the
-# shortest probe that hurts no corruption for the chosen margin and its
-# neighbours. The gain needs 20 batches at batch 64 (shorter probes are noisy:
-# the same stream fired in one ordering and not in another); the drop is stable
-# from 3 batches and harmless for margins 0.04-0.06 from 10.
-DEFAULT_WARMUP_IMAGES = {CONFIDENCE_GAIN: 1280, CONFIDENCE_DROP: 640}
-DEFAULT_DELTA = {CONFIDENCE_GAIN: 0.0, CONFIDENCE_DROP: 0.05}
+# Default probe length in images (at batch 1 the 256-image probe is 256
+# batches, not 4) and margin per signal, chosen on the bundled ResNet-20 over
+# 3 orderings (gate_sweep*.md): a probe that hurts no corruption for the chosen
+# margin and its neighbours. The probe predicts with the source, so a longer one
+# costs recovery: diversity needs only 192-320 images (hurt and clean streams
+# score <= 0.015 nats, every stream FORGE lifts by 3+ points >= 0.056).
+DEFAULT_WARMUP_IMAGES = {DIVERSITY_GAIN: 256, CONFIDENCE_GAIN: 1280, CONFIDENCE_DROP: 640}
+DEFAULT_DELTA = {DIVERSITY_GAIN: 0.03, CONFIDENCE_GAIN: 0.0, CONFIDENCE_DROP: 0.05}
 
 
 @dataclasses.dataclass(frozen=True)
 class GateConfig:
   warmup_batches: int | None = None  # None: DEFAULT_WARMUP_IMAGES / batch size.
   delta: float | None = None         # None: DEFAULT_DELTA[signal].
-  signal: str = CONFIDENCE_GAIN
+  signal: str = DIVERSITY_GAIN
   # confidence_drop only: the source's mean top-1 confidence on clean data.
   reference: float | None = None
 
@@ -76,22 +85,75 @@ class GateConfig:
     return self.signal == CONFIDENCE_DROP and self.reference is None
 
 
-def gate_fires(scores, delta: float) -> bool:
-  """The decision after the probe: keep adapting iff the mean score exceeds delta."""
-  return float(np.mean(scores)) > delta
+def softmax(logits: np.ndarray) -> np.ndarray:
+  z = np.exp(logits - logits.max(axis=1, keepdims=True))
+  return z / z.sum(axis=1, keepdims=True)
 
 
 def top1_confidence(logits: np.ndarray) -> np.ndarray:
-  z = logits - logits.max(axis=1, keepdims=True)
-  p = np.exp(z)
-  return (p / p.sum(axis=1, keepdims=True)).max(axis=1)
+  return softmax(logits).max(axis=1)
 
 
-def probe_score(config: GateConfig, source_logits, adapted_logits) -> float:
-  source_confidence = float(top1_confidence(source_logits).mean())
-  if config.signal == CONFIDENCE_DROP:
-    return config.reference - source_confidence
-  return float(top1_confidence(adapted_logits).mean()) - source_confidence
+def entropy(p: np.ndarray) -> float:
+  p = p[p > 0]
+  return float(-(p * np.log(p)).sum())
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeStats:
+  """Sums over the probe's images of what the scores compare, source vs adapting.
+
+  Sums add up batch by batch, so the sweep (benchmarks/gate_sweep.py) prices
+  any probe length from per-batch rows with the same arithmetic as the gate.
+  """
+  images: int = 0
+  confidence_source: float = 0.0
+  confidence_adapted: float = 0.0
+  probs_source: np.ndarray | float = 0.0  # Summed softmax vectors.
+  probs_adapted: np.ndarray | float = 0.0
+
+  @classmethod
+  def of_batch(cls, source_logits: np.ndarray, adapted_logits: np.ndarray) -> "ProbeStats":
+    # float64 so that sums over a probe agree to rounding however they are grouped.
+    ps = softmax(np.asarray(source_logits, np.float64))
+    pa = softmax(np.asarray(adapted_logits, np.float64))
+    return cls(len(ps), float(ps.max(axis=1).sum()), float(pa.max(axis=1).sum()),
+               ps.sum(axis=0), pa.sum(axis=0))
+
+  def __add__(self, other: "ProbeStats") -> "ProbeStats":
+    return ProbeStats(self.images + other.images,
+                      self.confidence_source + other.confidence_source,
+                      self.confidence_adapted + other.confidence_adapted,
+                      self.probs_source + other.probs_source,
+                      self.probs_adapted + other.probs_adapted)
+
+  def to_row(self) -> np.ndarray:
+    """[images, confidence sums (2), summed probabilities (2 x classes)]."""
+    return np.concatenate([[self.images, self.confidence_source, self.confidence_adapted],
+                           np.atleast_1d(self.probs_source),
+                           np.atleast_1d(self.probs_adapted)])
+
+  @classmethod
+  def from_row(cls, row) -> "ProbeStats":
+    row = np.asarray(row, np.float64)
+    classes = (len(row) - 3) // 2
+    return cls(int(row[0]), float(row[1]), float(row[2]), row[3:3 + classes],
+               row[3 + classes:])
+
+  def score(self, config: GateConfig) -> float:
+    if self.images == 0:
+      return float("nan")
+    n = self.images
+    if config.signal == DIVERSITY_GAIN:
+      return entropy(self.probs_adapted / n) - entropy(self.probs_source / n)
+    if config.signal == CONFIDENCE_DROP:
+      return config.reference - self.confidence_source / n
+    return (self.confidence_adapted - self.confidence_source) / n
+
+
+def gate_fires(stats: ProbeStats, config: GateConfig) -> bool:
+  """The decision after the probe: keep adapting iff its score exceeds the margin."""
+  return stats.score(config) > config.margin
 
 
 def clean_reference(model, x_int8: np.ndarray, batch_size: int = 256) -> float:
@@ -119,7 +181,8 @@ class GatedForge(Int8Method):
 
   def reset(self):
     super().reset()
-    self.scores: list[float] = []
+    self.probe = ProbeStats()
+    self.batches_probed = 0
     self.fired: bool | None = None  # None while probing.
 
   def predict(self, x_int8):
@@ -129,14 +192,16 @@ class GatedForge(Int8Method):
       frozen = self.logits(x_int8, FROZEN)
       self.model.set_state(adapted_state)
       adapted = self.logits(x_int8, ADAPT)
-      self.scores.append(probe_score(self.config, frozen, adapted))
-      if len(self.scores) == self.warmup_batches:
-        self.fired = gate_fires(self.scores, self.config.margin)
+      self.probe = self.probe + ProbeStats.of_batch(frozen, adapted)
+      self.batches_probed += 1
+      if self.batches_probed == self.warmup_batches:
+        self.fired = gate_fires(self.probe, self.config)
         if not self.fired:
           self.model.reset()
       return frozen
     return self.logits(x_int8, ADAPT if self.fired else FROZEN)
 
   @property
-  def mean_score(self) -> float:
-    return float(np.mean(self.scores)) if self.scores else float("nan")
+  def score(self) -> float:
+    """The probe's score so far (NaN before the first batch)."""
+    return self.probe.score(self.config)

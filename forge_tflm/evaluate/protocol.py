@@ -142,7 +142,7 @@ def evaluate(config: EvalConfig, streams: Iterable[Stream], *, artifact: bytes |
         seconds[name] += time.perf_counter() - t0
         if name == "forge-gated":
           gate.setdefault(stream.name, []).append(bool(method.fired))
-          gate_score.setdefault(stream.name, []).append(method.mean_score)
+          gate_score.setdefault(stream.name, []).append(method.score)
       accuracy[name][stream.name] = accs * (config.orderings // runs)
   for method in methods.values():
     method.reset()  # Leave the float model as it came (adaptation mutates it).

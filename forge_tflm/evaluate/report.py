@@ -130,7 +130,7 @@ def write_all(out_dir: str, table: dict, meta: dict, raw: dict) -> dict[str, str
   paths = {k: os.path.join(out_dir, f"results.{k}") for k in ("json", "csv", "md", "png")}
   doc = dict(meta)
   doc["results"] = table
-  doc["gate"] = {"fired": raw.get("gate", {}), "mean_score": raw.get("gate_score", {})}
+  doc["gate"] = {"fired": raw.get("gate", {}), "score": raw.get("gate_score", {})}
   doc["seconds"] = raw.get("seconds", {})
   write_atomically({paths["json"]: (json.dumps(doc, indent=2) + "\n").encode(),
                     paths["csv"]: to_csv(table).encode(),

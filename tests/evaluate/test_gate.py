@@ -5,16 +5,43 @@ import numpy as np
 
 import pytest
 
-from forge_tflm.evaluate.gate import (CONFIDENCE_DROP, GateConfig, GatedForge,
-                                      clean_reference, top1_confidence)
+from forge_tflm.evaluate.gate import (CONFIDENCE_DROP, CONFIDENCE_GAIN, DIVERSITY_GAIN,
+                                      SIGNALS, GateConfig, GatedForge, ProbeStats,
+                                      clean_reference, entropy, top1_confidence)
+
+GAIN = GateConfig(signal=CONFIDENCE_GAIN)
+
+
+def confident(c):
+  """Every image predicted as class 0 with top-1 confidence c (two classes)."""
+  def logits(x):
+    out = np.zeros((len(x), 2), np.float32)
+    out[:, 0] = np.log(c / (1 - c))
+    return out
+  return logits
+
+
+def spread(c):
+  """Image i predicted as class x[i, 0] % 2 with confidence c: balanced classes."""
+  def logits(x):
+    out = confident(c)(x)
+    flip = x[:, 0] % 2 == 1
+    out[flip] = out[flip][:, ::-1]
+    return out
+  return logits
 
 
 class ScriptedModel:
-  """Stands in for SegmentedModel: logits depend on mode; records calls."""
+  """Stands in for SegmentedModel: logits depend on mode; records calls.
+
+  A float for a path means `confident(that)`.
+  """
 
   def __init__(self, adapt_confidence, frozen_confidence=0.5):
-    self.adapt_confidence = adapt_confidence
-    self.frozen_confidence = frozen_confidence
+    self.adapt = (confident(adapt_confidence) if isinstance(adapt_confidence, float)
+                  else adapt_confidence)
+    self.frozen = (confident(frozen_confidence) if isinstance(frozen_confidence, float)
+                   else frozen_confidence)
     self.calls, self.resets = [], 0
 
   def reset(self):
@@ -28,17 +55,16 @@ class ScriptedModel:
 
   def run(self, x, mode):
     self.calls.append(mode)
-    c = self.adapt_confidence if mode == "adapt" else self.frozen_confidence
-    logits = np.zeros((len(x), 2), np.float32)
-    logits[:, 0] = np.log(c / (1 - c))  # softmax top-1 = c
-    return logits
+    return (self.adapt if mode == "adapt" else self.frozen)(x)
 
   def dequantize_output(self, y):
     return y
 
 
-def _stream(gated, batches=6):
-  return [gated.predict(np.zeros((4, 1), np.int8)) for _ in range(batches)]
+def _stream(gated, batches=6, batch_size=4):
+  """Images alternating between the two classes (for `spread`), in batches."""
+  x = (np.arange(batches * batch_size) % 2).astype(np.int8)[:, None]
+  return [gated.predict(x[i:i + batch_size]) for i in range(0, len(x), batch_size)]
 
 
 def test_confidence():
@@ -47,19 +73,19 @@ def test_confidence():
 
 def test_gate_fires_when_adapting_is_more_confident():
   model = ScriptedModel(adapt_confidence=0.9)
-  gated = GatedForge(model, GateConfig(warmup_batches=2, delta=0.1))
+  gated = GatedForge(model, GateConfig(warmup_batches=2, delta=0.1, signal=CONFIDENCE_GAIN))
   assert model.resets == 1  # Construction starts a stream.
   _stream(gated, 4)
   assert gated.fired is True
   # Probe: frozen then adapt per batch; afterwards adapt only.
   assert model.calls == ["frozen", "adapt", "frozen", "adapt", "adapt", "adapt"]
   assert model.resets == 1 + 2  # One source pass per probe batch.
-  assert abs(gated.mean_score - 0.4) < 1e-5
+  assert abs(gated.score - 0.4) < 1e-5
 
 
 def test_gate_reverts_to_source_when_gain_is_below_delta():
   model = ScriptedModel(adapt_confidence=0.55)
-  gated = GatedForge(model, GateConfig(warmup_batches=3, delta=0.1))
+  gated = GatedForge(model, GateConfig(warmup_batches=3, delta=0.1, signal=CONFIDENCE_GAIN))
   outs = _stream(gated, 5)
   assert gated.fired is False
   assert model.calls[-2:] == ["frozen", "frozen"]
@@ -70,11 +96,11 @@ def test_gate_reverts_to_source_when_gain_is_below_delta():
 
 def test_reset_starts_a_new_decision():
   model = ScriptedModel(adapt_confidence=0.9)
-  gated = GatedForge(model, GateConfig(warmup_batches=1))
+  gated = GatedForge(model, GateConfig(warmup_batches=1, signal=CONFIDENCE_GAIN))
   _stream(gated, 2)
   assert gated.fired
   gated.reset()
-  assert gated.fired is None and gated.scores == []
+  assert gated.fired is None and gated.batches_probed == 0 and np.isnan(gated.score)
 
 
 def test_probe_compares_against_the_source_not_the_adapted_state(tmp_path):
@@ -87,33 +113,85 @@ def test_probe_compares_against_the_source_not_the_adapted_state(tmp_path):
 
   tiny_models.convert_tiny(tmp_path, ConvertOptions(momentum=0.5, window=None))
   data = (tmp_path / "tiny.tflite").read_bytes()
-  gated = GatedForge(SegmentedModel(data), GateConfig(warmup_batches=4, delta=0.0))
+  gated = GatedForge(SegmentedModel(data), GateConfig(warmup_batches=4, delta=0.0,
+                                                      signal=CONFIDENCE_GAIN))
   source, forge = Source(SegmentedModel(data)), Forge(SegmentedModel(data))
   x = source.model.quantize_input(
       (tiny_models.random_images(32, size=16, seed=3) * 0.3).astype(np.float32) / 255.0)
+  all_source, all_forge = [], []
   for i in range(4):
     batch = x[8 * i:8 * i + 8]
     got = gated.predict(batch)
-    want_source = source.predict(batch)
-    want_forge = forge.predict(batch)
-    np.testing.assert_array_equal(got, want_source)
-    gain = top1_confidence(want_forge).mean() - top1_confidence(want_source).mean()
-    assert abs(gated.scores[i] - gain) < 1e-6
+    all_source.append(source.predict(batch))
+    all_forge.append(forge.predict(batch))
+    np.testing.assert_array_equal(got, all_source[-1])
+    gain = (top1_confidence(np.concatenate(all_forge)).mean() -
+            top1_confidence(np.concatenate(all_source)).mean())
+    assert abs(gated.score - gain) < 1e-6
     if i < 3:  # Until the decision, the adapting path keeps its own state.
       for a, b in zip(gated.model.get_state(), forge.model.get_state()):
         np.testing.assert_array_equal(a, b)
 
 
 def test_default_probe_covers_the_same_images_at_any_batch_size():
-  config = GateConfig()
-  assert config.batches(64) == 20 and config.batches(1) == 1280
-  assert config.batches(100) == 13  # Rounded up: at least 1280 images.
+  assert GAIN.batches(64) == 20 and GAIN.batches(1) == 1280
+  assert GAIN.batches(100) == 13  # Rounded up: at least 1280 images.
+  assert GateConfig().batches(64) == 4 and GateConfig().batches(1) == 256
   assert GateConfig(warmup_batches=7).batches(1) == 7
-  gated = GatedForge(ScriptedModel(adapt_confidence=0.9), config, batch_size=1)
-  _stream(gated, 1279)
+  gated = GatedForge(ScriptedModel(adapt_confidence=0.9), GAIN, batch_size=1)
+  _stream(gated, 1279, batch_size=1)
   assert gated.fired is None
-  _stream(gated, 1)
+  _stream(gated, 1, batch_size=1)
   assert gated.fired is True
+
+
+def test_diversity_gate_fires_when_adapting_undoes_a_class_collapse():
+  # The source piles every image onto class 0 (confidently); adapting spreads
+  # them over both classes, less confidently: the confidence gain says no.
+  for signal, want in ((DIVERSITY_GAIN, True), (CONFIDENCE_GAIN, False)):
+    model = ScriptedModel(adapt_confidence=spread(0.6), frozen_confidence=0.9)
+    gated = GatedForge(model, GateConfig(warmup_batches=2, signal=signal))
+    _stream(gated, 3)
+    assert gated.fired is want, signal
+  want_gain = np.log(2) - entropy(np.array([0.9, 0.1]))
+  assert abs(gated.probe.score(GateConfig()) - want_gain) < 1e-6
+
+
+def test_diversity_gate_stays_off_when_both_paths_are_equally_diverse():
+  # More confident, but no more diverse: the confidence gain would fire.
+  model = ScriptedModel(adapt_confidence=spread(0.9), frozen_confidence=spread(0.6))
+  gated = GatedForge(model, GateConfig(warmup_batches=2))
+  _stream(gated, 3)
+  assert gated.fired is False and abs(gated.score) < 1e-6
+  assert model.calls[-1] == "frozen"
+
+
+def test_probe_score_is_over_images_not_a_mean_of_per_batch_scores():
+  # At batch 1 a batch's diversity is one image's entropy, which says nothing
+  # about collapse; the probe pools its images, so batch 1 and batch 4 over the
+  # same images give the same score.
+  scores = []
+  for batch_size, batches in ((1, 8), (4, 2)):
+    model = ScriptedModel(adapt_confidence=spread(0.7), frozen_confidence=0.8)
+    gated = GatedForge(model, GateConfig(warmup_batches=batches))
+    _stream(gated, batches, batch_size=batch_size)
+    scores.append(gated.score)
+  want = np.log(2) - entropy(np.array([0.8, 0.2]))
+  np.testing.assert_allclose(scores, [want, want], rtol=1e-6)
+
+
+def test_probe_stats_add_up_and_round_trip():
+  rng = np.random.default_rng(0)
+  a, b = rng.normal(size=(5, 3)), rng.normal(size=(7, 3))
+  a2, b2 = rng.normal(size=(5, 3)), rng.normal(size=(7, 3))
+  pooled = ProbeStats.of_batch(np.concatenate([a, b]), np.concatenate([a2, b2]))
+  summed = ProbeStats() + ProbeStats.of_batch(a, a2) + ProbeStats.of_batch(b, b2)
+  back = ProbeStats.from_row(summed.to_row())
+  for signal in SIGNALS:
+    config = GateConfig(signal=signal, reference=0.9)
+    assert abs(pooled.score(config) - summed.score(config)) < 1e-12
+    assert abs(back.score(config) - summed.score(config)) < 1e-12
+  assert back.images == 12 and np.isnan(ProbeStats().score(GateConfig()))
 
 
 def test_drop_gate_fires_when_source_is_less_confident_than_on_clean_data():
@@ -123,7 +201,7 @@ def test_drop_gate_fires_when_source_is_less_confident_than_on_clean_data():
                                        reference=0.9))
   _stream(gated, 3)
   assert gated.fired is True
-  assert abs(gated.mean_score - 0.4) < 1e-5
+  assert abs(gated.score - 0.4) < 1e-5
   assert model.calls == ["frozen", "adapt", "frozen", "adapt", "adapt"]
 
 
@@ -139,7 +217,8 @@ def test_drop_gate_stays_off_near_the_clean_reference():
 def test_gate_config_defaults_and_errors():
   drop = GateConfig(signal=CONFIDENCE_DROP, reference=0.9)
   assert drop.batches(64) == 10 and drop.batches(1) == 640 and drop.margin == 0.05
-  assert GateConfig().margin == 0.0 and GateConfig(delta=-0.01).margin == -0.01
+  assert GateConfig().signal == DIVERSITY_GAIN and GateConfig().margin == 0.03
+  assert GAIN.margin == 0.0 and GateConfig(delta=-0.01).margin == -0.01
   assert GateConfig(signal=CONFIDENCE_DROP).needs_reference
   with pytest.raises(ValueError, match="needs the source's clean confidence"):
     GatedForge(ScriptedModel(0.9), GateConfig(signal=CONFIDENCE_DROP))

@@ -119,7 +119,7 @@ def test_run_evaluation_writes_reports(artifact, tmp_path):
                        data_description="generated", show_progress=False)
   saved = json.loads((tmp_path / "results.json").read_text())
   assert saved["command"] == "forge_tflm eval ..."
-  assert saved["config"]["gate"]["warmup_batches"] == 80  # 1280 images at batch 16.
+  assert saved["config"]["gate"]["warmup_batches"] == 16  # 256 images at batch 16.
   assert len(saved["artifact"]["sha256"]) == 64
   assert saved["results"]["forge"]["streams"]["dark"]["accuracy"] == \
       doc["results"]["forge"]["streams"]["dark"]["accuracy"]
