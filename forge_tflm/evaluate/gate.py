@@ -49,7 +49,7 @@ SIGNALS = (DIVERSITY_GAIN, CONFIDENCE_GAIN, CONFIDENCE_DROP)
 # 3 orderings (gate_sweep*.md): a probe that hurts no corruption for the chosen
 # margin and its neighbours. The probe predicts with the source, so a longer one
 # costs recovery: diversity needs only 192-320 images (hurt and clean streams
-# score <= 0.015 nats, every stream FORGE lifts by 3+ points >= 0.056).
+# score <= 0.015 nats, every stream FORGE lifts by 3+ points >= 0.050).
 DEFAULT_WARMUP_IMAGES = {DIVERSITY_GAIN: 256, CONFIDENCE_GAIN: 1280, CONFIDENCE_DROP: 640}
 DEFAULT_DELTA = {DIVERSITY_GAIN: 0.03, CONFIDENCE_GAIN: 0.0, CONFIDENCE_DROP: 0.05}
 
