@@ -57,14 +57,28 @@ def record_stream(model: SegmentedModel, source: SegmentedModel, x_int8, labels,
   return np.array(rows)
 
 
+# Columns of a record row before the ProbeStats row: correct counts per path.
+SOURCE, ADAPTING = 0, 1
+
+
+def stream_accuracy(rows: np.ndarray, path: int) -> float:
+  """Whole-stream accuracy of one path (SOURCE or ADAPTING) from its records."""
+  return float(rows[:, path].sum() / probe_of(rows).images)
+
+
+def probe_of(rows: np.ndarray, batches: int | None = None) -> ProbeStats:
+  """The probe sums over the first `batches` recorded batches (all by default)."""
+  return ProbeStats.from_row(rows[:batches, 2:].sum(axis=0))
+
+
 def gated_accuracy(rows: np.ndarray, gate: GateConfig) -> tuple[float, bool]:
   """The accuracy GatedForge gets on the recorded stream, and whether it fired."""
-  correct_source, correct_adapted, n = rows[:, 0], rows[:, 1], rows[:, 2]
+  correct_source, correct_adapted = rows[:, SOURCE], rows[:, ADAPTING]
   warmup = gate.warmup_batches
-  fired = gate_fires(ProbeStats.from_row(rows[:warmup, 2:].sum(axis=0)), gate)
+  fired = gate_fires(probe_of(rows, warmup), gate)
   correct = correct_source[:warmup].sum() + (correct_adapted if fired
                                              else correct_source)[warmup:].sum()
-  return float(correct / n.sum()), fired
+  return float(correct / probe_of(rows).images), fired
 
 
 def run_records(args) -> dict[str, list[np.ndarray]]:
@@ -83,8 +97,8 @@ def run_records(args) -> dict[str, list[np.ndarray]]:
                       args.batch_size)
         for k in range(args.orderings)]
     r = records[stream.name][0]
-    print(f"{stream.name:18s} source {100 * r[:, 0].sum() / r[:, 2].sum():5.1f}"
-          f"  forge {100 * r[:, 1].sum() / r[:, 2].sum():5.1f}", flush=True)
+    print(f"{stream.name:18s} source {100 * stream_accuracy(r, SOURCE):5.1f}"
+          f"  forge {100 * stream_accuracy(r, ADAPTING):5.1f}", flush=True)
   return records
 
 
@@ -115,7 +129,7 @@ def main():
   else:
     p.error("give --artifact and --data_dir, or --records")
   # The clean stream's source confidence (every ordering sees the same images).
-  clean = ProbeStats.from_row(records["clean"][0][:, 2:].sum(axis=0))
+  clean = probe_of(records["clean"][0])
   reference = clean.confidence_source / clean.images
   print(f"signal {args.signal}" + (f", clean reference {reference:.4f}"
                                    if args.signal == CONFIDENCE_DROP else ""))
@@ -128,8 +142,8 @@ def main():
       gate = GateConfig(warmup, delta, args.signal,
                         reference if args.signal == CONFIDENCE_DROP else None)
       outcomes = [gated_accuracy(r, gate) for r in runs]
-      source = np.mean([r[:, 0].sum() / r[:, 2].sum() for r in runs])
-      ungated = np.mean([r[:, 1].sum() / r[:, 2].sum() for r in runs])
+      source = np.mean([stream_accuracy(r, SOURCE) for r in runs])
+      ungated = np.mean([stream_accuracy(r, ADAPTING) for r in runs])
       per_stream[name] = {"gated": float(np.mean([a for a, _ in outcomes])),
                           "source": float(source), "ungated": float(ungated),
                           "fired": [f for _, f in outcomes]}

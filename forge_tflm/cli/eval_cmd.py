@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from absl import flags
 
+from forge_tflm.evaluate.gate import SIGNALS, GateConfig
 from forge_tflm.evaluate.protocol import ALL_METHODS
 
 
@@ -55,8 +56,7 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
                        flag_values=fv)
   flags.DEFINE_enum("variance", None, ["batch", "running"],
                     "Override FORGE variance estimator.", flag_values=fv)
-  flags.DEFINE_enum("gate_signal", "diversity_gain",
-                    ["diversity_gain", "confidence_gain", "confidence_drop"],
+  flags.DEFINE_enum("gate_signal", GateConfig.signal, SIGNALS,
                     "Gate score over the probe: diversity_gain = entropy of the mean"
                     " prediction, adapting minus source (does adapting undo the"
                     " source's class collapse?); confidence_gain = adapting minus"
@@ -80,7 +80,6 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
 def run(fv: flags.FlagValues, command: str) -> int:
   from forge_tflm.data import load_dataset
   from forge_tflm.evaluate import streams as st
-  from forge_tflm.evaluate.gate import GateConfig
   from forge_tflm.evaluate.protocol import EvalConfig
   from forge_tflm.evaluate.run import run_evaluation
 
