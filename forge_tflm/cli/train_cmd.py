@@ -39,6 +39,13 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
   flags.DEFINE_string("init_from", None, "Start from this trained .keras model (same"
                       " architecture) instead of a fresh initialization: one more"
                       " warm-up + cosine cycle (SGDR-style restart).", flag_values=fv)
+  flags.DEFINE_integer("swa_epochs", d.swa_epochs, "End with stochastic weight"
+                       " averaging: the last N epochs run at --swa_learning_rate and"
+                       " their weights are averaged (BN statistics then recomputed);"
+                       " 0 = off.", flag_values=fv)
+  flags.DEFINE_float("swa_learning_rate", d.swa_learning_rate, "Constant learning rate"
+                     " of the weight-averaging epochs (the cosine decays to it).",
+                     flag_values=fv)
   flags.DEFINE_integer("limit_train", 0, "Use only the first N (shuffled) training"
                        " images; 0 = all. For smoke tests.", flag_values=fv)
   return fv
@@ -54,7 +61,8 @@ def run(fv: flags.FlagValues, command: str) -> int:
       model=fv.model, epochs=fv.epochs, batch_size=fv.batch_size,
       learning_rate=fv.learning_rate, warmup_epochs=fv.warmup_epochs,
       weight_decay=fv.weight_decay, label_smoothing=fv.label_smoothing, seed=fv.seed,
-      jit_compile=fv.jit_compile, init_from=fv.init_from)
+      jit_compile=fv.jit_compile, init_from=fv.init_from, swa_epochs=fv.swa_epochs,
+      swa_learning_rate=fv.swa_learning_rate)
   train_set = load_dataset(fv.dataset, "train", fv.data_dir)
   test_split = "val" if fv.dataset == "tiny_imagenet" else "test"
   test_set = load_dataset(fv.dataset, test_split, fv.data_dir)

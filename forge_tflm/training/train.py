@@ -2,8 +2,11 @@
 
 SGD with Nesterov momentum 0.9, linear warm-up then cosine decay to zero, coupled
 L2 weight decay, random crop (4-pixel zero padding) and horizontal flip, inputs
-scaled to [0, 1]. Checkpoints after every epoch so a stopped run resumes where it
-left off; the finished model is written atomically as `.keras` next to a JSON log.
+scaled to [0, 1]. Optionally the run ends in stochastic weight averaging (see
+`swa.py`): the cosine then decays to `swa_learning_rate` instead of zero and stays
+there for the last `swa_epochs` epochs, whose end-of-epoch weights are averaged.
+Checkpoints after every epoch so a stopped run resumes where it left off; the
+finished model is written atomically as `.keras` next to a JSON log.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import numpy as np
 
 from forge_tflm.data.imageset import ImageSet
 from forge_tflm.fileio import atomic_path, file_sha256, write_atomically
+from forge_tflm.training.swa import WeightAverage, recompute_batchnorm_statistics
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,13 +39,32 @@ class TrainConfig:
   # Start from this trained .keras model's weights (a further cosine cycle,
   # as in SGDR) instead of a fresh initialization.
   init_from: str | None = None
+  # Stochastic weight averaging over the last `swa_epochs` epochs (0: off), run
+  # at the constant `swa_learning_rate` (0.01: the SWA authors' CIFAR-10 setting,
+  # github.com/timgaripov/swa).
+  swa_epochs: int = 0
+  swa_learning_rate: float = 0.01
 
   def __post_init__(self):
     if self.epochs < 1 or self.batch_size < 1:
       raise ValueError("epochs and batch_size must be positive")
+    if not 0 <= self.swa_epochs <= self.epochs:
+      raise ValueError(f"swa_epochs must be in [0, epochs], got {self.swa_epochs}"
+                       f" with {self.epochs} epochs")
+    if self.swa_epochs and self.swa_learning_rate <= 0:
+      raise ValueError("swa_learning_rate must be positive")
     if not 0 <= self.warmup_epochs < self.epochs:
       raise ValueError(f"warmup_epochs must be in [0, epochs), got {self.warmup_epochs}"
                        f" with {self.epochs} epochs")
+    decay_epochs = self.epochs - self.swa_epochs
+    if self.swa_epochs and self.warmup_epochs and not self.warmup_epochs < decay_epochs:
+      raise ValueError(f"warmup_epochs must be below the {decay_epochs} epochs before"
+                       f" weight averaging, got {self.warmup_epochs}")
+
+  @property
+  def swa_start_epoch(self) -> int:
+    """Index of the first epoch whose weights are averaged (== epochs if off)."""
+    return self.epochs - self.swa_epochs
 
 
 # Settings that change how fast a run goes, not what it computes: a stopped run
@@ -52,7 +75,28 @@ _EXECUTION_ONLY = ("jit_compile",)
 
 
 def _recipe(config: dict) -> dict:
+  # Fields added since a checkpoint was written take their defaults, which keep
+  # the recipe it was made with.
+  config = {**dataclasses.asdict(TrainConfig()), **config}
   return {k: v for k, v in config.items() if k not in _EXECUTION_ONLY}
+
+
+def learning_rate_schedule(config: TrainConfig, steps_per_epoch: int):
+  """Warm-up, then cosine decay to 0 (or to `swa_learning_rate`, then constant)."""
+  import keras
+
+  warmup_steps = steps_per_epoch * config.warmup_epochs
+  decay_steps = steps_per_epoch * config.swa_start_epoch - warmup_steps
+  if decay_steps <= 0:  # Weight averaging from the first step: constant rate.
+    return keras.optimizers.schedules.CosineDecay(
+        config.swa_learning_rate, decay_steps=1, alpha=1.0)
+  # CosineDecay holds its floor, alpha * peak, after decay_steps.
+  alpha = config.swa_learning_rate / config.learning_rate if config.swa_epochs else 0.0
+  return keras.optimizers.schedules.CosineDecay(
+      initial_learning_rate=0.0 if warmup_steps else config.learning_rate,
+      decay_steps=decay_steps, alpha=alpha,
+      warmup_target=config.learning_rate if warmup_steps else None,
+      warmup_steps=warmup_steps)
 
 
 def _augment_fn(tf, pad: int):
@@ -116,15 +160,11 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
   os.makedirs(checkpoint_dir, exist_ok=True)
   state_path = os.path.join(checkpoint_dir, "state.json")
   weights_path = os.path.join(checkpoint_dir, "last.keras")
+  average_path = os.path.join(checkpoint_dir, "swa_average.npz")
 
   steps_per_epoch = int(np.ceil(len(train_set) / config.batch_size))
-  total_steps = steps_per_epoch * config.epochs
-  warmup_steps = steps_per_epoch * config.warmup_epochs
-  schedule = keras.optimizers.schedules.CosineDecay(
-      initial_learning_rate=0.0 if warmup_steps else config.learning_rate,
-      decay_steps=total_steps - warmup_steps, alpha=0.0,
-      warmup_target=config.learning_rate if warmup_steps else None,
-      warmup_steps=warmup_steps)
+  schedule = learning_rate_schedule(config, steps_per_epoch)
+  average = WeightAverage()
 
   history: list[dict] = []
   start_epoch = 0
@@ -138,6 +178,9 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
     model.jit_compile = config.jit_compile  # The checkpoint's own value is restored above.
     history = state["history"]
     start_epoch = len(history)
+    if start_epoch > config.swa_start_epoch:
+      with open(average_path, "rb") as f:
+        average = WeightAverage.from_bytes(f.read())
     logging.info("resuming %s from epoch %d", config.model, start_epoch)
   else:
     model = build_model(config.model, train_set.num_classes,
@@ -181,9 +224,17 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
       entry["test_accuracy"] = float(acc)
     history.append(entry)
     logging.info("epoch %d/%d: %s", epoch + 1, config.epochs, json.dumps(entry))
+    checkpoint = {state_path: json.dumps(
+        {"config": dataclasses.asdict(config), "history": history}).encode()}
+    if epoch >= config.swa_start_epoch:
+      average.add([w.numpy() for w in model.trainable_weights])
+      checkpoint[average_path] = average.to_bytes()
     atomic_save_model(model, weights_path)
-    write_atomically({state_path: json.dumps(
-        {"config": dataclasses.asdict(config), "history": history}).encode()})
+    write_atomically(checkpoint)
+
+  swa = None
+  if config.swa_epochs:
+    swa = _finish_weight_average(model, average, train_ds, test_ds, config)
 
   log = {
       "model": config.model,
@@ -195,7 +246,9 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
       "parameters": int(model.count_params()),
       "init_from_sha256": file_sha256(config.init_from) if config.init_from else None,
       "history": history,
-      "final_test_accuracy": history[-1].get("test_accuracy") if history else None,
+      "swa": swa,
+      "final_test_accuracy": (swa.get("test_accuracy") if swa else
+                              history[-1].get("test_accuracy") if history else None),
       "versions": {"tensorflow": tf.__version__, "keras": keras.__version__,
                    "python": platform.python_version()},
   }
@@ -203,3 +256,23 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
   write_atomically({os.path.splitext(output)[0] + ".json": json.dumps(log, indent=2).encode()})
   return log
 
+
+
+def _finish_weight_average(model, average: WeightAverage, train_ds, test_ds,
+                           config: TrainConfig) -> dict:
+  """Loads the averaged weights into `model` and recomputes its BN statistics."""
+  import keras
+
+  if average.count != config.swa_epochs:
+    raise RuntimeError(f"averaged {average.count} epochs, expected {config.swa_epochs}")
+  for variable, value in zip(model.trainable_weights, average.weights):
+    variable.assign(value.astype(variable.dtype))
+  keras.utils.set_random_seed(config.seed * 1000 + config.epochs)
+  t0 = time.time()
+  batches = recompute_batchnorm_statistics(model, (x for x, _ in train_ds))
+  result = {"epochs_averaged": average.count, "learning_rate": config.swa_learning_rate,
+            "batchnorm_batches": batches, "seconds": round(time.time() - t0, 1)}
+  if test_ds is not None:
+    result["test_accuracy"] = float(model.evaluate(test_ds, verbose=0)[1])
+  logging.info("weight average of %d epochs: %s", average.count, json.dumps(result))
+  return result

@@ -3,6 +3,8 @@
 import json
 import os
 
+import pytest
+
 from forge_tflm.cli import main as cli
 from tests.data import fixtures
 
@@ -138,3 +140,65 @@ def test_train_warmup_longer_than_the_run_is_a_clear_error(tmp_path, capsys):
                    "--epochs=2", "--warmup_epochs=2"]) == 1
   assert "warmup_epochs must be in [0, epochs)" in capsys.readouterr().err
   assert not out.exists()
+
+
+def test_train_with_weight_averaging_saves_the_average(tmp_path):
+  import keras
+  import numpy as np
+  from forge_tflm.training.swa import WeightAverage
+
+  data_dir = _dataset(tmp_path)
+  out = str(tmp_path / "swa.keras")
+  argv = ["forge_tflm", "train", "--model=resnet20", f"--data_dir={data_dir}",
+          f"--output={out}", "--epochs=3", "--warmup_epochs=0", "--batch_size=4",
+          "--swa_epochs=2", "--swa_learning_rate=0.01", "--nojit_compile"]
+  assert cli.main(argv) == 0
+  with open(str(tmp_path / "swa.json")) as f:
+    log = json.load(f)
+  assert log["swa"]["epochs_averaged"] == 2 and log["swa"]["batchnorm_batches"] == 3
+  assert log["final_test_accuracy"] == log["swa"]["test_accuracy"]
+  assert [h["learning_rate"] for h in log["history"][1:]] == pytest.approx([0.01] * 2)
+  with open(out + ".ckpt/swa_average.npz", "rb") as f:
+    average = WeightAverage.from_bytes(f.read())
+  saved = keras.saving.load_model(out, compile=False)
+  last = keras.saving.load_model(out + ".ckpt/last.keras", compile=False)
+  for mean, w, w_last in zip(average.weights, saved.trainable_weights,
+                             last.trainable_weights):
+    np.testing.assert_allclose(w.numpy(), mean, rtol=1e-6, atol=1e-7)
+  assert not all(np.array_equal(w.numpy(), l.numpy())  # The average, not the last step.
+                 for w, l in zip(saved.trainable_weights, last.trainable_weights))
+
+  # A run stopped after its first averaged epoch resumes with that average.
+  state_path = out + ".ckpt/state.json"
+  with open(state_path) as f:
+    state = json.load(f)
+  state["history"] = state["history"][:2]
+  with open(state_path, "w") as f:
+    json.dump(state, f)
+  first = WeightAverage()
+  first.add(average.weights)
+  with open(out + ".ckpt/swa_average.npz", "wb") as f:
+    f.write(first.to_bytes())
+  assert cli.main(argv) == 0
+  with open(out + ".ckpt/swa_average.npz", "rb") as f:
+    assert WeightAverage.from_bytes(f.read()).count == 2
+
+
+def test_train_resumes_a_checkpoint_written_before_averaging_existed(tmp_path):
+  data_dir = _dataset(tmp_path)
+  out = str(tmp_path / "old.keras")
+  argv = ["forge_tflm", "train", "--model=resnet20", f"--data_dir={data_dir}",
+          f"--output={out}", "--epochs=2", "--warmup_epochs=0", "--batch_size=4",
+          "--nojit_compile"]
+  assert cli.main(argv) == 0
+  state_path = out + ".ckpt/state.json"
+  with open(state_path) as f:
+    state = json.load(f)
+  state["history"] = state["history"][:1]
+  for key in ("swa_epochs", "swa_learning_rate"):
+    del state["config"][key]
+  with open(state_path, "w") as f:
+    json.dump(state, f)
+  assert cli.main(argv) == 0
+  with open(str(tmp_path / "old.json")) as f:
+    assert [h["epoch"] for h in json.load(f)["history"]] == [1, 2]
