@@ -21,7 +21,7 @@ Scores, over all of the probe's images (so they mean the same at any batch size)
 Why diversity is the default: under a shift the BN-folded source piles its
 predictions onto a few classes, often confidently, and re-normalizing spreads
 them out again. Confidence misjudges exactly the streams where the source is
-confidently wrong. On the bundled ResNet-20 (3 orderings) FORGE lifts
+confidently wrong. On the 88.24% ResNet-20 (3 orderings) FORGE lifts
 impulse_noise by 21.4 points and lowers jpeg_compression by 3.8, yet their
 confidence gains over 1280 images overlap (-0.012 to -0.028 vs -0.025 to
 -0.027); their diversity gains over 256 images do not (0.42 to 0.51 vs 0 to
@@ -45,7 +45,7 @@ CONFIDENCE_DROP = "confidence_drop"
 SIGNALS = (DIVERSITY_GAIN, CONFIDENCE_GAIN, CONFIDENCE_DROP)
 
 # Default probe length in images (at batch 1 the 256-image probe is 256
-# batches, not 4) and margin per signal, chosen on the bundled ResNet-20 over
+# batches, not 4) and margin per signal, chosen on the 88.24% ResNet-20 over
 # 3 orderings (gate_sweep*.md): a probe that hurts no corruption for the chosen
 # margin and its neighbours. The probe predicts with the source, so a longer one
 # costs recovery: diversity needs only 192-320 images (hurt and clean streams
