@@ -56,10 +56,10 @@ class TrainConfig:
     if not 0 <= self.warmup_epochs < self.epochs:
       raise ValueError(f"warmup_epochs must be in [0, epochs), got {self.warmup_epochs}"
                        f" with {self.epochs} epochs")
-    decay_epochs = self.epochs - self.swa_epochs
-    if self.swa_epochs and self.warmup_epochs and not self.warmup_epochs < decay_epochs:
-      raise ValueError(f"warmup_epochs must be below the {decay_epochs} epochs before"
-                       f" weight averaging, got {self.warmup_epochs}")
+    if self.swa_epochs and self.warmup_epochs and not (
+        self.warmup_epochs < self.swa_start_epoch):
+      raise ValueError(f"warmup_epochs must be below the {self.swa_start_epoch} epochs"
+                       f" before weight averaging, got {self.warmup_epochs}")
 
   @property
   def swa_start_epoch(self) -> int:
@@ -255,7 +255,6 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
   atomic_save_model(model, output)
   write_atomically({os.path.splitext(output)[0] + ".json": json.dumps(log, indent=2).encode()})
   return log
-
 
 
 def _finish_weight_average(model, average: WeightAverage, train_ds, test_ds,
