@@ -46,6 +46,14 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
   flags.DEFINE_float("swa_learning_rate", d.swa_learning_rate, "Constant learning rate"
                      " of the weight-averaging epochs (the cosine decays to it).",
                      flag_values=fv)
+  flags.DEFINE_multi_string("teacher", [], "Distill from this trained .keras model"
+                            " (same inputs and classes; repeat the flag for an ensemble,"
+                            " whose softened predictions are averaged).", flag_values=fv)
+  flags.DEFINE_float("distillation_weight", d.distillation_weight, "Weight of the"
+                     " teachers' soft targets in the loss (the labels get 1 - weight).",
+                     flag_values=fv)
+  flags.DEFINE_float("distillation_temperature", d.distillation_temperature,
+                     "Softmax temperature of the distillation term.", flag_values=fv)
   flags.DEFINE_integer("limit_train", 0, "Use only the first N (shuffled) training"
                        " images; 0 = all. For smoke tests.", flag_values=fv)
   return fv
@@ -62,7 +70,9 @@ def run(fv: flags.FlagValues, command: str) -> int:
       learning_rate=fv.learning_rate, warmup_epochs=fv.warmup_epochs,
       weight_decay=fv.weight_decay, label_smoothing=fv.label_smoothing, seed=fv.seed,
       jit_compile=fv.jit_compile, init_from=fv.init_from, swa_epochs=fv.swa_epochs,
-      swa_learning_rate=fv.swa_learning_rate)
+      swa_learning_rate=fv.swa_learning_rate, teachers=tuple(fv.teacher),
+      distillation_weight=fv.distillation_weight,
+      distillation_temperature=fv.distillation_temperature)
   train_set = load_dataset(fv.dataset, "train", fv.data_dir)
   test_split = "val" if fv.dataset == "tiny_imagenet" else "test"
   test_set = load_dataset(fv.dataset, test_split, fv.data_dir)

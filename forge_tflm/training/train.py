@@ -5,6 +5,8 @@ L2 weight decay, random crop (4-pixel zero padding) and horizontal flip, inputs
 scaled to [0, 1]. Optionally the run ends in stochastic weight averaging (see
 `swa.py`): the cosine then decays to `swa_learning_rate` instead of zero and stays
 there for the last `swa_epochs` epochs, whose end-of-epoch weights are averaged.
+With `teachers`, the loss also distills their (ensembled) predictions on the same
+augmented batches (see `distill.py`).
 Checkpoints after every epoch so a stopped run resumes where it left off; the
 finished model is written atomically as `.keras` next to a JSON log.
 """
@@ -44,8 +46,14 @@ class TrainConfig:
   # github.com/timgaripov/swa).
   swa_epochs: int = 0
   swa_learning_rate: float = 0.01
+  # Knowledge distillation from these trained .keras models (an ensemble if
+  # several); () = off. Hinton et al.'s CIFAR setting: weight 0.9, temperature 4.
+  teachers: tuple[str, ...] = ()
+  distillation_weight: float = 0.9
+  distillation_temperature: float = 4.0
 
   def __post_init__(self):
+    object.__setattr__(self, "teachers", tuple(self.teachers))
     if self.epochs < 1 or self.batch_size < 1:
       raise ValueError("epochs and batch_size must be positive")
     if not 0 <= self.swa_epochs <= self.epochs:
@@ -60,6 +68,10 @@ class TrainConfig:
         self.warmup_epochs < self.swa_start_epoch):
       raise ValueError(f"warmup_epochs must be below the {self.swa_start_epoch} epochs"
                        f" before weight averaging, got {self.warmup_epochs}")
+    if self.teachers and not (0 < self.distillation_weight <= 1
+                              and self.distillation_temperature > 0):
+      raise ValueError("distillation_weight must be in (0, 1] and"
+                       " distillation_temperature positive")
 
   @property
   def swa_start_epoch(self) -> int:
@@ -78,6 +90,7 @@ def _recipe(config: dict) -> dict:
   # Fields added since a checkpoint was written take their defaults, which keep
   # the recipe it was made with.
   config = {**dataclasses.asdict(TrainConfig()), **config}
+  config = json.loads(json.dumps(config))  # Tuples and JSON's lists compare equal.
   return {k: v for k, v in config.items() if k not in _EXECUTION_ONLY}
 
 
@@ -152,6 +165,7 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
   import tensorflow as tf
 
   from forge_tflm.models import build_model
+  from forge_tflm.training import distill  # Registers the loss a checkpoint may use.
 
   if not output.endswith(".keras"):
     raise ValueError(f"output must end in .keras, got {output!r}")
@@ -187,11 +201,18 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
                         train_set.images.shape[1:], config.weight_decay)
     if config.init_from:
       _load_initial_weights(model, config.init_from)
+    if config.teachers:
+      loss = distill.DistillationLoss(config.distillation_weight,
+                                      config.distillation_temperature,
+                                      config.label_smoothing)
+      metric = distill.accuracy_metric()
+    else:
+      loss = keras.losses.CategoricalCrossentropy(
+          from_logits=True, label_smoothing=config.label_smoothing)
+      metric = "accuracy"
     model.compile(
         optimizer=keras.optimizers.SGD(schedule, momentum=0.9, nesterov=True),
-        loss=keras.losses.CategoricalCrossentropy(
-            from_logits=True, label_smoothing=config.label_smoothing),
-        metrics=["accuracy"], jit_compile=config.jit_compile)
+        loss=loss, metrics=[metric], jit_compile=config.jit_compile)
   logging.info("%s: %d parameters, %d steps/epoch", model.name, model.count_params(),
                steps_per_epoch)
 
@@ -202,7 +223,14 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
               .shuffle(len(train_set), seed=config.seed, reshuffle_each_iteration=True)
               .map(_augment_fn(tf, pad), num_parallel_calls=tf.data.AUTOTUNE)
               .map(_to_float(tf)).map(one_hot)
-              .batch(config.batch_size).prefetch(tf.data.AUTOTUNE))
+              .batch(config.batch_size))
+  fit_ds = train_ds
+  if config.teachers:
+    teachers = distill.load_teachers(config.teachers, num_classes,
+                                     train_set.images.shape[1:])
+    fit_ds = train_ds.map(distill.append_teacher_probabilities(
+        teachers, config.distillation_temperature))
+  fit_ds, train_ds = fit_ds.prefetch(tf.data.AUTOTUNE), train_ds.prefetch(tf.data.AUTOTUNE)
   test_ds = None
   if test_set is not None:
     test_ds = (tf.data.Dataset.from_tensor_slices((test_set.images, test_set.labels))
@@ -212,7 +240,7 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
     # Reseeding per epoch makes a resumed run draw the same augmentations.
     keras.utils.set_random_seed(config.seed * 1000 + epoch)
     t0 = time.time()
-    result = model.fit(train_ds, epochs=1, shuffle=False,  # tf.data shuffles.
+    result = model.fit(fit_ds, epochs=1, shuffle=False,  # tf.data shuffles.
                        verbose=2 if logging.level_info() else 0)
     entry = {"epoch": epoch + 1,
              "loss": float(result.history["loss"][-1]),
@@ -245,6 +273,7 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
       "test_data": test_set.source if test_set is not None else None,
       "parameters": int(model.count_params()),
       "init_from_sha256": file_sha256(config.init_from) if config.init_from else None,
+      "teachers_sha256": [file_sha256(p) for p in config.teachers],
       "history": history,
       "swa": swa,
       "final_test_accuracy": (swa.get("test_accuracy") if swa else

@@ -202,3 +202,53 @@ def test_train_resumes_a_checkpoint_written_before_averaging_existed(tmp_path):
   assert cli.main(argv) == 0
   with open(str(tmp_path / "old.json")) as f:
     assert [h["epoch"] for h in json.load(f)["history"]] == [1, 2]
+
+
+def test_train_with_teachers_distills_and_resumes(tmp_path, capsys):
+  data_dir = _dataset(tmp_path)
+  teacher = str(tmp_path / "teacher.keras")
+  base = ["forge_tflm", "train", "--model=resnet20", f"--data_dir={data_dir}",
+          "--warmup_epochs=0", "--batch_size=4", "--nojit_compile"]
+  assert cli.main(base + [f"--output={teacher}", "--epochs=1"]) == 0
+  out = str(tmp_path / "student.keras")
+  argv = base + [f"--output={out}", "--epochs=2", f"--teacher={teacher}",
+                 f"--teacher={teacher}", "--distillation_weight=0.5",
+                 "--swa_epochs=1"]
+  assert cli.main(argv) == 0
+  with open(str(tmp_path / "student.json")) as f:
+    log = json.load(f)
+  assert log["config"]["teachers"] == [teacher, teacher]
+  assert log["config"]["distillation_weight"] == 0.5
+  assert len(log["teachers_sha256"]) == 2 and len(log["teachers_sha256"][0]) == 64
+  assert 0.0 <= log["final_test_accuracy"] <= 1.0
+  assert all(0.0 <= h["train_accuracy"] <= 1.0 for h in log["history"])
+  # The saved student is a plain classifier that loads without this package's loss.
+  import keras
+  assert keras.saving.load_model(out, compile=False).output_shape == (None, 3)
+
+  # Resuming (the stored config holds lists, the flags give tuples) is accepted...
+  state_path = out + ".ckpt/state.json"
+  with open(state_path) as f:
+    state = json.load(f)
+  state["history"] = state["history"][:1]
+  with open(state_path, "w") as f:
+    json.dump(state, f)
+  assert cli.main(argv) == 0
+  with open(str(tmp_path / "student.json")) as f:
+    assert [h["epoch"] for h in json.load(f)["history"]] == [1, 2]
+  # ...but not with another set of teachers.
+  assert cli.main(argv[:-3] + ["--distillation_weight=0.5", "--swa_epochs=1"]) == 1
+  assert "another config" in capsys.readouterr().err
+
+
+def test_train_with_a_teacher_for_other_classes_is_a_clear_error(tmp_path, capsys):
+  from tests.training.test_distill import _tiny_classifier
+  data_dir = _dataset(tmp_path)
+  teacher = str(tmp_path / "teacher.keras")
+  _tiny_classifier(10, 0, (32, 32, 3)).save(teacher)
+  out = tmp_path / "student.keras"
+  assert cli.main(["forge_tflm", "train", f"--data_dir={data_dir}", f"--output={out}",
+                   "--epochs=1", "--warmup_epochs=0", f"--teacher={teacher}",
+                   "--nojit_compile"]) == 1
+  assert "10 classes, the data has 3" in capsys.readouterr().err
+  assert not out.exists()
