@@ -18,6 +18,8 @@ usual one, so test figures mean the same with or without teachers.
 
 from __future__ import annotations
 
+import os
+
 import keras
 from keras import ops
 
@@ -78,6 +80,8 @@ def load_teachers(paths, num_classes: int, input_shape) -> list:
   """Loads the teacher models, checking they fit the student's data."""
   teachers = []
   for path in paths:
+    if not os.path.isfile(path):
+      raise FileNotFoundError(f"teacher model {path} does not exist")
     teacher = keras.saving.load_model(path, compile=False)
     if tuple(teacher.input_shape[1:]) != tuple(input_shape):
       raise ValueError(f"teacher {path} takes inputs {teacher.input_shape[1:]},"

@@ -91,6 +91,8 @@ def test_teachers_that_do_not_fit_the_data_are_refused(tmp_path):
     distill.load_teachers([path], 10, (4, 4, 3))
   with pytest.raises(ValueError, match="takes inputs"):
     distill.load_teachers([path], 3, (8, 8, 3))
+  with pytest.raises(FileNotFoundError, match="absent.keras does not exist"):
+    distill.load_teachers([str(tmp_path / "absent.keras")], 3, (4, 4, 3))
 
 
 def test_config_checks_and_resume_equality():
