@@ -25,6 +25,11 @@ def test_log_names_the_command_that_wrote_the_model(name):
   # A weight-averaged run's model is the average, not its last epoch's weights.
   final = log["swa"] if log.get("swa") else log["history"][-1]
   assert log["final_test_accuracy"] == final["test_accuracy"]
+  # A teacher named by its bundled path must be the model bundled there.
+  from forge_tflm.fileio import file_sha256
+  for path, sha in zip(log["config"].get("teachers", []), log.get("teachers_sha256", [])):
+    if path.startswith("models/") and path != f"models/{name}.keras":
+      assert file_sha256(os.path.join(REPO_ROOT, path)) == sha, path
 
 
 @functools.lru_cache(maxsize=1)
