@@ -14,6 +14,22 @@ def _dataset(tmp_path):
   return fixtures.write_image_folder(str(tmp_path / "data"), entries)
 
 
+def _quick_argv(data_dir):
+  return ["forge_tflm", "train", "--model=resnet20", f"--data_dir={data_dir}",
+          "--warmup_epochs=0", "--batch_size=4", "--nojit_compile"]
+
+
+def _stop_after(output, epochs, edit_config=lambda config: None):
+  """Rewinds `output`'s checkpoint state as if the run had stopped after `epochs`."""
+  state_path = output + ".ckpt/state.json"
+  with open(state_path) as f:
+    state = json.load(f)
+  state["history"] = state["history"][:epochs]
+  edit_config(state["config"])
+  with open(state_path, "w") as f:
+    json.dump(state, f)
+
+
 def test_train_writes_model_and_log_and_resumes(tmp_path, capsys):
   data_dir = _dataset(tmp_path)
   out = str(tmp_path / "models" / "r20.keras")
@@ -52,13 +68,7 @@ def test_train_resumes_with_another_jit_setting(tmp_path, monkeypatch):
           f"--output={out}", "--epochs=2", "--warmup_epochs=0", "--batch_size=4"]
   assert cli.main(argv + ["--nojit_compile"]) == 0
   # Simulate a run stopped after its first epoch.
-  state_path = out + ".ckpt/state.json"
-  with open(state_path) as f:
-    state = json.load(f)
-  state["history"] = state["history"][:1]
-  state["config"]["jit_compile"] = True
-  with open(state_path, "w") as f:
-    json.dump(state, f)
+  _stop_after(out, 1, lambda config: config.update(jit_compile=True))
 
   # ... whose checkpoint was compiled with XLA.
   real_load = keras.saving.load_model
@@ -107,8 +117,7 @@ def test_train_init_from_starts_at_the_given_weights(tmp_path, capsys):
 
   data_dir = _dataset(tmp_path)
   first = str(tmp_path / "first.keras")
-  base = ["forge_tflm", "train", "--model=resnet20", f"--data_dir={data_dir}",
-          "--warmup_epochs=0", "--batch_size=4", "--nojit_compile"]
+  base = _quick_argv(data_dir)
   assert cli.main(base + [f"--output={first}", "--epochs=1"]) == 0
   trained = keras.saving.load_model(first, compile=False).get_weights()
   fresh = build_model("resnet20", 3, (32, 32, 3), 5e-4)
@@ -169,12 +178,7 @@ def test_train_with_weight_averaging_saves_the_average(tmp_path):
                  for w, l in zip(saved.trainable_weights, last.trainable_weights))
 
   # A run stopped after its first averaged epoch resumes with that average.
-  state_path = out + ".ckpt/state.json"
-  with open(state_path) as f:
-    state = json.load(f)
-  state["history"] = state["history"][:2]
-  with open(state_path, "w") as f:
-    json.dump(state, f)
+  _stop_after(out, 2)
   first = WeightAverage()
   first.add(average.weights)
   with open(out + ".ckpt/swa_average.npz", "wb") as f:
@@ -191,14 +195,10 @@ def test_train_resumes_a_checkpoint_written_before_averaging_existed(tmp_path):
           f"--output={out}", "--epochs=2", "--warmup_epochs=0", "--batch_size=4",
           "--nojit_compile"]
   assert cli.main(argv) == 0
-  state_path = out + ".ckpt/state.json"
-  with open(state_path) as f:
-    state = json.load(f)
-  state["history"] = state["history"][:1]
-  for key in ("swa_epochs", "swa_learning_rate"):
-    del state["config"][key]
-  with open(state_path, "w") as f:
-    json.dump(state, f)
+  def drop_averaging_fields(config):
+    for key in ("swa_epochs", "swa_learning_rate"):
+      del config[key]
+  _stop_after(out, 1, drop_averaging_fields)
   assert cli.main(argv) == 0
   with open(str(tmp_path / "old.json")) as f:
     assert [h["epoch"] for h in json.load(f)["history"]] == [1, 2]
@@ -207,8 +207,7 @@ def test_train_resumes_a_checkpoint_written_before_averaging_existed(tmp_path):
 def test_train_with_teachers_distills_and_resumes(tmp_path, capsys):
   data_dir = _dataset(tmp_path)
   teacher = str(tmp_path / "teacher.keras")
-  base = ["forge_tflm", "train", "--model=resnet20", f"--data_dir={data_dir}",
-          "--warmup_epochs=0", "--batch_size=4", "--nojit_compile"]
+  base = _quick_argv(data_dir)
   assert cli.main(base + [f"--output={teacher}", "--epochs=1"]) == 0
   out = str(tmp_path / "student.keras")
   argv = base + [f"--output={out}", "--epochs=2", f"--teacher={teacher}",
@@ -227,12 +226,7 @@ def test_train_with_teachers_distills_and_resumes(tmp_path, capsys):
   assert keras.saving.load_model(out, compile=False).output_shape == (None, 3)
 
   # Resuming (the stored config holds lists, the flags give tuples) is accepted...
-  state_path = out + ".ckpt/state.json"
-  with open(state_path) as f:
-    state = json.load(f)
-  state["history"] = state["history"][:1]
-  with open(state_path, "w") as f:
-    json.dump(state, f)
+  _stop_after(out, 1)
   assert cli.main(argv) == 0
   with open(str(tmp_path / "student.json")) as f:
     assert [h["epoch"] for h in json.load(f)["history"]] == [1, 2]
