@@ -54,9 +54,9 @@ class DistillationLoss(keras.losses.Loss):
       return hard
     t = self.temperature
     log_student = ops.log_softmax(y_pred / t, axis=-1)
-    # KL(p || q) = sum p (log p - log q); 0 * log 0 is taken as 0.
+    # KL(p || q) = sum p (log p - log q); the floor makes 0 * log 0 come out as 0.
     log_soft = ops.log(ops.maximum(soft, 1e-12))
-    kl = ops.sum(ops.where(soft > 0, soft * (log_soft - log_student), 0.0), axis=-1)
+    kl = ops.sum(soft * (log_soft - log_student), axis=-1)
     return (1.0 - self.weight) * hard + self.weight * t * t * kl
 
   def get_config(self):
