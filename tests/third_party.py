@@ -1,0 +1,89 @@
+"""The unmodified third-party source snapshots in ../shared/third_party, extracted once.
+
+Tests that build TFLite-Micro, ESP-NN, CMSIS-NN or Bazel rules take their trees from
+here. Each tarball is checked against SHA256SUMS and extracted into
+$FORGE_TFLM_BUILD_CACHE (default ~/.cache/forge_tflm/build) under its own name, through
+a temporary folder renamed into place, so a crashed extraction never leaves half a
+tree; later runs (and later tests in the same run) reuse it. Nothing lands in the repo.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import tarfile
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+SHARED_THIRD_PARTY = os.path.join(os.path.dirname(REPO_ROOT), "shared", "third_party")
+
+# Snapshot name -> (tarball, top-level folder inside it).
+SNAPSHOTS = {
+    "tflite-micro": "tflite-micro-90b983c.tar.gz",
+    "esp-tflite-micro": "esp-tflite-micro-99f49e1.tar.gz",
+    "esp-nn": "esp-nn-d45b843.tar.gz",
+    "CMSIS-NN": "CMSIS-NN-4ab83cc.tar.gz",
+    "CMSIS_6": "CMSIS_6-5782d6f.tar.gz",
+    "rules_cc": "rules_cc-b1c40e1.tar.gz",
+    "rules_java": "rules_java-7cf3cef.tar.gz",
+}
+
+
+def build_cache() -> str:
+  """Where extracted trees and build objects live (reused across runs)."""
+  path = os.environ.get("FORGE_TFLM_BUILD_CACHE", os.path.join(
+      os.path.expanduser("~"), ".cache", "forge_tflm", "build"))
+  os.makedirs(path, exist_ok=True)
+  return path
+
+
+def _sha256(path: str) -> str:
+  h = hashlib.sha256()
+  with open(path, "rb") as f:
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+      h.update(chunk)
+  return h.hexdigest()
+
+
+def _expected_sha256(tarball: str) -> str | None:
+  sums = os.path.join(SHARED_THIRD_PARTY, "SHA256SUMS")
+  if not os.path.isfile(sums):
+    return None
+  with open(sums) as f:
+    for line in f:
+      parts = line.split()
+      if len(parts) == 2 and parts[1] == tarball:
+        return parts[0]
+  return None
+
+
+def snapshot(name: str) -> str:
+  """Path of the extracted tree `name` (a key of SNAPSHOTS); skips the test if absent."""
+  tarball = SNAPSHOTS[name]
+  src = os.path.join(SHARED_THIRD_PARTY, tarball)
+  if not os.path.isfile(src):
+    pytest.skip(f"needs {src} (the third-party snapshots beside the checkout)")
+  root = os.path.join(build_cache(), "third_party")
+  os.makedirs(root, exist_ok=True)
+  stem = tarball[:-len(".tar.gz")]
+  dest = os.path.join(root, stem)
+  tree = os.path.join(dest, name)
+  if os.path.isdir(tree):
+    return tree
+  with open(os.path.join(root, f".{stem}.lock"), "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)  # pytest-xdist or two sessions: extract once.
+    if os.path.isdir(tree):
+      return tree
+    expected = _expected_sha256(tarball)
+    if expected is not None and _sha256(src) != expected:
+      raise RuntimeError(f"{src} does not match its SHA256SUMS entry")
+    tmp = dest + ".partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    with tarfile.open(src) as tf:
+      tf.extractall(tmp, filter="data")
+    os.replace(tmp, dest)
+  return tree
