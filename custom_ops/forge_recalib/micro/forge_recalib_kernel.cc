@@ -24,10 +24,17 @@
  *   (qmin/qmax as TFLite's CalculateActivationRangeQuantized), requantized.
  *   Every float op is a separately rounded float32 op in SPEC.md's order.
  *
- * State (persistent arena, 8 bytes/channel): float32 [mu_0..mu_{C-1},
- *   var_0..var_{C-1}], reset to [beta, gamma_abs^2] in Prepare, by the TFLM
- *   reset hook (MicroInterpreter::Reset) and at the first Eval after
- *   ForgeRecalibRequestReset(). Targets beta/gamma_abs stay in flash.
+ * State (persistent arena, 8 bytes/channel, one block per op instance):
+ *   float32 [mu_0..mu_{C-1}, var_0..var_{C-1}], reset to [beta, gamma_abs^2]
+ *   in Prepare, by the TFLM reset hook (MicroInterpreter::Reset) and at the
+ *   first Eval after the interpreter's control asked for it. Targets
+ *   beta/gamma_abs stay in flash.
+ * Controls (per interpreter, no globals): the forge_tflm::ForgeRecalibControl
+ *   attached with MicroInterpreter::SetMicroExternalContext, read at every
+ *   Eval: mode (adapt / frozen) and reset_generation (an op resets when it
+ *   differs from the generation it last applied, then records it). No
+ *   control attached: adapt, reset only by the reset hook. Another payload
+ *   in the slot: Eval fails (it would be misread).
  * Scratch (non-persistent arena): forge_recalib_scratch_bytes(C) = 280 B/ch
  *   (stats accumulators, A/B, per-channel 256-entry LUT); define
  *   FORGE_RECALIB_NO_LUT to request only the 24 B/ch of the affine path.
@@ -46,12 +53,10 @@
 #include "tensorflow/lite/c/common.h"
 #include "tensorflow/lite/kernels/kernel_util.h"
 #include "tensorflow/lite/micro/kernels/kernel_util.h"
+#include "tensorflow/lite/micro/micro_context.h"
 #include "tensorflow/lite/micro/micro_log.h"
 
 namespace {
-
-int32_t g_mode = FORGE_RECALIB_MODE_ADAPT;
-uint32_t g_reset_generation = 0;
 
 constexpr int kInputX = 0;
 constexpr int kInputBeta = 1;
@@ -69,8 +74,24 @@ struct OpData {
   int32_t n, hw, c;
   int scratch_index;
   size_t scratch_bytes;
-  uint32_t seen_generation;
+  uint32_t seen_generation;  // control->reset_generation last applied
 };
+
+// The interpreter's control, or nullptr when none is attached; *foreign is
+// set when the external-context slot holds something else.
+const forge_tflm::ForgeRecalibControl* GetControl(TfLiteContext* context,
+                                                  bool* foreign) {
+  *foreign = false;
+  const void* payload = tflite::GetMicroContext(context)->external_context();
+  if (payload == nullptr) return nullptr;
+  const auto* control =
+      static_cast<const forge_tflm::ForgeRecalibControl*>(payload);
+  if (control->magic != forge_tflm::kForgeRecalibControlMagic) {
+    *foreign = true;
+    return nullptr;
+  }
+  return control;
+}
 
 TfLiteStatus Fail(const char* what) {
   MicroPrintf("FORGE_RECALIB: %s", what);
@@ -162,7 +183,11 @@ TfLiteStatus PrepareTensors(TfLiteContext* context, TfLiteNode* node,
   }
   data->c = c;
   forge_recalib_state_reset(data->beta, data->gamma_abs, c, data->state, &msg);
-  data->seen_generation = g_reset_generation;
+  // Requests made before Prepare are satisfied by this reset. A foreign
+  // payload is reported by Eval (it may be attached after Prepare anyway).
+  bool foreign;
+  const forge_tflm::ForgeRecalibControl* control = GetControl(context, &foreign);
+  data->seen_generation = control != nullptr ? control->reset_generation : 0;
 #ifdef FORGE_RECALIB_NO_LUT
   data->scratch_bytes = forge_recalib_scratch_bytes_affine(c);
 #else
@@ -215,47 +240,45 @@ TfLiteStatus Eval(TfLiteContext* context, TfLiteNode* node) {
   const float* beta = tflite::micro::GetTensorData<float>(beta_t);
   const float* gamma_abs = tflite::micro::GetTensorData<float>(gamma_t);
   const char* msg = "";
-  if (data->seen_generation != g_reset_generation) {
-    forge_recalib_state_reset(beta, gamma_abs, data->c, data->state, &msg);
-    data->seen_generation = g_reset_generation;
+  bool foreign;
+  const forge_tflm::ForgeRecalibControl* control = GetControl(context, &foreign);
+  if (foreign) {
+    return Fail("the interpreter's external context is not a "
+                "forge_tflm::ForgeRecalibControl");
+  }
+  int32_t mode = FORGE_RECALIB_MODE_ADAPT;
+  if (control != nullptr) {
+    mode = control->mode;
+    if (data->seen_generation != control->reset_generation) {
+      forge_recalib_state_reset(beta, gamma_abs, data->c, data->state, &msg);
+      data->seen_generation = control->reset_generation;
+    }
   }
   void* scratch = context->GetScratchBuffer(context, data->scratch_index);
   const int status = forge_recalib_s8_ansi(
       tflite::micro::GetTensorData<int8_t>(x),
       tflite::micro::GetTensorData<int8_t>(y), data->n, data->hw, data->c, beta,
-      gamma_abs, data->state, &data->opts, &data->quant, g_mode, scratch,
+      gamma_abs, data->state, &data->opts, &data->quant, mode, scratch,
       data->scratch_bytes, &msg);
   if (status != FORGE_RECALIB_OK) return Fail(msg);
   return kTfLiteOk;
 }
 
 void Reset(TfLiteContext* context, void* buffer) {
-  (void)context;
   OpData* data = static_cast<OpData*>(buffer);
   if (data == nullptr || data->state == nullptr) return;  // Not prepared.
   const char* msg;
   forge_recalib_state_reset(data->beta, data->gamma_abs, data->c, data->state,
                             &msg);
-  data->seen_generation = g_reset_generation;
+  // A pending request is satisfied by this reset too.
+  bool foreign;
+  const forge_tflm::ForgeRecalibControl* control = GetControl(context, &foreign);
+  if (control != nullptr) data->seen_generation = control->reset_generation;
 }
 
 }  // namespace
 
-bool ForgeRecalibSetMode(int32_t mode) {
-  if (mode != FORGE_RECALIB_MODE_ADAPT && mode != FORGE_RECALIB_MODE_FROZEN) {
-    return false;
-  }
-  g_mode = mode;
-  return true;
-}
-
-int32_t ForgeRecalibGetMode() { return g_mode; }
-
-void ForgeRecalibRequestReset() { ++g_reset_generation; }
-
-uint32_t ForgeRecalibResetGeneration() { return g_reset_generation; }
-
-namespace tflite {
+namespace forge_tflm {
 
 const TFLMRegistration* Register_FORGE_RECALIB() {
   static const TFLMRegistration registration =
@@ -263,4 +286,4 @@ const TFLMRegistration* Register_FORGE_RECALIB() {
   return &registration;
 }
 
-}  // namespace tflite
+}  // namespace forge_tflm
