@@ -1,0 +1,531 @@
+// FORGE application core: see forge_app.h for the interface and output format.
+//
+// How it measures without touching the kernels: every registration handed to
+// the resolver is a copy of the kernel's own with `invoke` (and for
+// FORGE_RECALIB also `init`/`prepare`) replaced by a thin wrapper that
+//   - calls the target's markers around each FORGE op,
+//   - checksums the op's output tensor after Eval (trace modes),
+//   - counts FORGE's persistent and scratch arena requests by forwarding
+//     TfLiteContext::AllocatePersistentBuffer / RequestScratchBufferInArena
+//     through counting shims while FORGE's Init/Prepare run.
+// Per-operator time comes from a MicroProfilerInterface that TFLM calls around
+// every op's Eval, reading the platform clock.
+//
+// The core runs one stream at a time (file-scope state, no threads).
+#include "forge_app.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <type_traits>
+
+#include "forge_recalib.h"
+#include "forge_recalib_kernel.h"
+#include "tensorflow/compiler/mlir/lite/schema/schema_utils.h"
+#include "tensorflow/lite/c/common.h"
+#include "tensorflow/lite/micro/memory_helpers.h"
+#include "tensorflow/lite/micro/micro_interpreter.h"
+#include "tensorflow/lite/micro/micro_mutable_op_resolver.h"
+#include "tensorflow/lite/micro/micro_profiler_interface.h"
+#include "tensorflow/lite/schema/schema_generated.h"
+
+namespace {
+
+constexpr int kMaxOps = 256;      // operators per model the tables can hold
+constexpr size_t kLineBytes = 4096;
+constexpr char kForgeName[] = "FORGE_RECALIB";
+
+// ---------------------------------------------------------------- run state
+
+struct OpCost {
+  uint64_t ticks;
+  uint32_t calls;
+};
+
+struct RunState {
+  const ForgeAppPlatform* platform = nullptr;
+  int trace = FORGE_APP_TRACE_NONE;
+  bool in_invoke = false;
+  uint32_t op_counter = 0;   // index of the op being evaluated (wrappers)
+  uint32_t event_counter = 0;  // index of the op being profiled
+  uint32_t num_ops = 0;
+  bool is_forge[kMaxOps] = {};
+  uint32_t checksum[kMaxOps] = {};
+  OpCost cost[kMaxOps] = {};
+  uint64_t event_start[kMaxOps] = {};
+  size_t forge_persistent = 0;
+  size_t forge_scratch = 0;
+  char line[kLineBytes];
+};
+
+RunState g_run;
+
+uint64_t Now() {
+  const ForgeAppPlatform* p = g_run.platform;
+  return (p != nullptr && p->clock != nullptr) ? p->clock(p->user) : 0;
+}
+
+void Marker(int what, int begin, uint32_t index) {
+  const ForgeAppPlatform* p = g_run.platform;
+  if (p != nullptr && p->marker != nullptr) p->marker(p->user, what, begin, index);
+}
+
+// Appends to g_run.line (always NUL-terminated, truncated when full).
+class Line {
+ public:
+  Line() : len_(0) { g_run.line[0] = '\0'; }
+  void Add(const char* fmt, ...) {
+    if (len_ >= kLineBytes - 2) return;
+    va_list args;
+    va_start(args, fmt);
+    const int n = vsnprintf(g_run.line + len_, kLineBytes - 1 - len_, fmt, args);
+    va_end(args);
+    if (n > 0) len_ += static_cast<size_t>(n);
+    if (len_ > kLineBytes - 2) len_ = kLineBytes - 2;
+  }
+  void Emit() {
+    g_run.line[len_] = '\n';
+    g_run.line[len_ + 1] = '\0';
+    const ForgeAppPlatform* p = g_run.platform;
+    if (p != nullptr && p->write != nullptr) p->write(p->user, g_run.line);
+  }
+
+ private:
+  size_t len_;
+};
+
+// Profiler: TFLM brackets every op's Eval with BeginEvent/EndEvent (and some
+// Init/Prepare work, which is ignored: only events inside Invoke count).
+class OpProfiler : public tflite::MicroProfilerInterface {
+ public:
+  uint32_t BeginEvent(const char* tag) override {
+    (void)tag;
+    if (!g_run.in_invoke || g_run.event_counter >= kMaxOps) return kMaxOps;
+    const uint32_t i = g_run.event_counter++;
+    g_run.event_start[i] = Now();
+    return i;
+  }
+  void EndEvent(uint32_t handle) override {
+    if (handle >= kMaxOps) return;
+    const uint64_t t = Now();
+    g_run.cost[handle].ticks += t - g_run.event_start[handle];
+    g_run.cost[handle].calls++;
+  }
+};
+
+// ---------------------------------------------------------- kernel wrappers
+
+struct Wrapped {
+  TFLMRegistration original;
+  TFLMRegistration wrapped;
+};
+
+// Slot 0: FORGE_RECALIB; 1..: builtins (one per resolver entry).
+constexpr int kMaxSlots = 16;
+Wrapped g_slots[kMaxSlots];
+
+void* (*g_orig_persistent)(TfLiteContext*, size_t) = nullptr;
+TfLiteStatus (*g_orig_scratch)(TfLiteContext*, size_t, int*) = nullptr;
+
+void* CountingPersistent(TfLiteContext* ctx, size_t bytes) {
+  g_run.forge_persistent += bytes;
+  return g_orig_persistent(ctx, bytes);
+}
+
+TfLiteStatus CountingScratch(TfLiteContext* ctx, size_t bytes, int* index) {
+  g_run.forge_scratch += bytes;
+  return g_orig_scratch(ctx, bytes, index);
+}
+
+// Routes FORGE's arena requests through the counters while `fn` runs.
+template <typename Fn>
+auto Counted(TfLiteContext* ctx, Fn fn) -> decltype(fn()) {
+  g_orig_persistent = ctx->AllocatePersistentBuffer;
+  g_orig_scratch = ctx->RequestScratchBufferInArena;
+  if (g_orig_persistent != nullptr) ctx->AllocatePersistentBuffer = CountingPersistent;
+  if (g_orig_scratch != nullptr) ctx->RequestScratchBufferInArena = CountingScratch;
+  auto result = fn();
+  ctx->AllocatePersistentBuffer = g_orig_persistent;
+  ctx->RequestScratchBufferInArena = g_orig_scratch;
+  return result;
+}
+
+void ChecksumOutput(TfLiteContext* ctx, TfLiteNode* node, uint32_t op) {
+  if (node->outputs == nullptr || node->outputs->size < 1) return;
+  const TfLiteEvalTensor* t = ctx->GetEvalTensor(ctx, node->outputs->data[0]);
+  size_t bytes = 0;
+  if (t == nullptr || tflite::TfLiteEvalTensorByteLength(t, &bytes) != kTfLiteOk) return;
+  g_run.checksum[op] = ForgeAppChecksum(t->data.raw, bytes);
+}
+
+template <int kSlot>
+TfLiteStatus WrappedInvoke(TfLiteContext* ctx, TfLiteNode* node) {
+  const uint32_t op = g_run.op_counter++;
+  const bool forge = (kSlot == 0);
+  if (forge) Marker(FORGE_APP_MARKER_FORGE_OP, 1, op);
+  const TfLiteStatus status = g_slots[kSlot].original.invoke(ctx, node);
+  if (forge) Marker(FORGE_APP_MARKER_FORGE_OP, 0, op);
+  if (op < kMaxOps && (g_run.trace == FORGE_APP_TRACE_ALL ||
+                       (g_run.trace == FORGE_APP_TRACE_FORGE && forge))) {
+    ChecksumOutput(ctx, node, op);
+  }
+  return status;
+}
+
+void* ForgeInit(TfLiteContext* ctx, const char* buffer, size_t length) {
+  return Counted(ctx, [&]() { return g_slots[0].original.init(ctx, buffer, length); });
+}
+
+TfLiteStatus ForgePrepare(TfLiteContext* ctx, TfLiteNode* node) {
+  return Counted(ctx, [&]() { return g_slots[0].original.prepare(ctx, node); });
+}
+
+template <int kSlot>
+const TFLMRegistration& Wrap(const TFLMRegistration& original) {
+  static_assert(kSlot < kMaxSlots, "raise kMaxSlots");
+  Wrapped& w = g_slots[kSlot];
+  w.original = original;
+  w.wrapped = original;
+  w.wrapped.invoke = WrappedInvoke<kSlot>;
+  if (kSlot == 0) {
+    if (original.init != nullptr) w.wrapped.init = ForgeInit;
+    if (original.prepare != nullptr) w.wrapped.prepare = ForgePrepare;
+  }
+  return w.wrapped;
+}
+
+// --------------------------------------------------------------- resolver
+
+constexpr int kNumBuiltins = 0
+#ifdef FORGE_APP_OP_CONV_2D
+    + 1
+#endif
+#ifdef FORGE_APP_OP_DEPTHWISE_CONV_2D
+    + 1
+#endif
+#ifdef FORGE_APP_OP_ADD
+    + 1
+#endif
+#ifdef FORGE_APP_OP_MEAN
+    + 1
+#endif
+#ifdef FORGE_APP_OP_AVERAGE_POOL_2D
+    + 1
+#endif
+#ifdef FORGE_APP_OP_FULLY_CONNECTED
+    + 1
+#endif
+#ifdef FORGE_APP_OP_RESHAPE
+    + 1
+#endif
+#ifdef FORGE_APP_OP_SOFTMAX
+    + 1
+#endif
+    ;
+
+using Resolver = tflite::MicroMutableOpResolver<kNumBuiltins + 1>;
+
+}  // namespace
+
+// Kernel API compatibility. The FORGE kernel moved from process-wide controls
+// (ForgeRecalibSetMode(), tflite::Register_FORGE_RECALIB()) to per-interpreter
+// ones (forge_tflm::ForgeRecalibControl through the interpreter's external
+// context, forge_tflm::Register_FORGE_RECALIB()). This file builds against
+// either: the registration is found by unqualified lookup through both
+// namespaces (only one declares it), and ModeScope uses the control struct
+// when the header defines it, else the old functions (declared here; never
+// referenced, so never linked, when the new API is present).
+namespace tflite {}
+namespace forge_tflm {
+struct ForgeRecalibControl;
+}
+bool ForgeRecalibSetMode(int32_t mode);
+int32_t ForgeRecalibGetMode();
+
+namespace forge_app_compat {
+using namespace tflite;      // NOLINT: old home of Register_FORGE_RECALIB
+using namespace forge_tflm;  // NOLINT: new home
+inline const TFLMRegistration* ForgeRegistration() { return Register_FORGE_RECALIB(); }
+}  // namespace forge_app_compat
+
+namespace {
+
+template <typename T, typename = void>
+struct IsComplete : std::false_type {};
+template <typename T>
+struct IsComplete<T, decltype(void(sizeof(T)))> : std::true_type {};
+
+// Sets FORGE's mode for one interpreter (new API) or for the process, restoring
+// the previous global mode afterwards (old API).
+template <typename Control = forge_tflm::ForgeRecalibControl>
+class ModeScope {
+  static constexpr bool kPerInterpreter = IsComplete<Control>::value;
+
+ public:
+  ModeScope(tflite::MicroInterpreter* interpreter, bool adapt) {
+    const int32_t mode = adapt ? FORGE_RECALIB_MODE_ADAPT : FORGE_RECALIB_MODE_FROZEN;
+    if constexpr (kPerInterpreter) {
+      control_.SetMode(mode);
+      ok_ = interpreter->SetMicroExternalContext(&control_) == kTfLiteOk;
+    } else {
+      (void)interpreter;
+      saved_ = ForgeRecalibGetMode();
+      ok_ = ForgeRecalibSetMode(mode);
+    }
+  }
+  ~ModeScope() {
+    if constexpr (!kPerInterpreter) ForgeRecalibSetMode(saved_);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  std::conditional_t<kPerInterpreter, Control, char> control_{};
+  int32_t saved_ = 0;
+  bool ok_ = false;
+};
+
+const TFLMRegistration* ForgeRegistration() { return forge_app_compat::ForgeRegistration(); }
+
+TfLiteStatus FillResolver(Resolver* r) {
+  TfLiteStatus s = r->AddCustom(kForgeName, &Wrap<0>(*ForgeRegistration()));
+#ifdef FORGE_APP_OP_CONV_2D
+  if (s == kTfLiteOk) s = r->AddConv2D(Wrap<1>(tflite::Register_CONV_2D()));
+#endif
+#ifdef FORGE_APP_OP_DEPTHWISE_CONV_2D
+  if (s == kTfLiteOk) s = r->AddDepthwiseConv2D(Wrap<2>(tflite::Register_DEPTHWISE_CONV_2D()));
+#endif
+#ifdef FORGE_APP_OP_ADD
+  if (s == kTfLiteOk) s = r->AddAdd(Wrap<3>(tflite::Register_ADD()));
+#endif
+#ifdef FORGE_APP_OP_MEAN
+  if (s == kTfLiteOk) s = r->AddMean(Wrap<4>(tflite::Register_MEAN()));
+#endif
+#ifdef FORGE_APP_OP_AVERAGE_POOL_2D
+  if (s == kTfLiteOk) s = r->AddAveragePool2D(Wrap<5>(tflite::Register_AVERAGE_POOL_2D()));
+#endif
+#ifdef FORGE_APP_OP_FULLY_CONNECTED
+  if (s == kTfLiteOk) s = r->AddFullyConnected(Wrap<6>(tflite::Register_FULLY_CONNECTED()));
+#endif
+#ifdef FORGE_APP_OP_RESHAPE
+  if (s == kTfLiteOk) s = r->AddReshape(Wrap<7>(tflite::Register_RESHAPE()));
+#endif
+#ifdef FORGE_APP_OP_SOFTMAX
+  if (s == kTfLiteOk) s = r->AddSoftmax(Wrap<8>(tflite::Register_SOFTMAX()));
+#endif
+  return s;
+}
+
+// ---------------------------------------------------------------- helpers
+
+const char* OpName(const tflite::Model* model, const tflite::Operator* op) {
+  const auto* codes = model->operator_codes();
+  if (codes == nullptr || op->opcode_index() >= codes->size()) return "?";
+  const tflite::OperatorCode* code = codes->Get(op->opcode_index());
+  const tflite::BuiltinOperator builtin = tflite::GetBuiltinCode(code);
+  if (builtin == tflite::BuiltinOperator_CUSTOM) {
+    return code->custom_code() != nullptr ? code->custom_code()->c_str() : "CUSTOM";
+  }
+  return tflite::EnumNameBuiltinOperator(builtin);
+}
+
+void AddShape(Line* line, const TfLiteTensor* t) {
+  for (int i = 0; t->dims != nullptr && i < t->dims->size; ++i) {
+    line->Add(i ? "x%d" : "%d", t->dims->data[i]);
+  }
+}
+
+int Fail(const char* what, int code) {
+  Line line;
+  line.Add("error what=%s", what);
+  line.Emit();
+  Line done;
+  done.Add("done images=0 status=error ticks=0");
+  done.Emit();
+  return code;
+}
+
+}  // namespace
+
+uint32_t ForgeAppChecksum(const void* data, size_t n) {
+  // sum_i byte_i * w_i mod 2^32, w_i = (i * 2654435761 mod 2^32) | 1: any change
+  // of one byte changes it (w_i is odd), and numpy computes it vectorized
+  // (forge_tflm.deploy.checksum).
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  uint32_t h = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t w = (static_cast<uint32_t>(i) * 2654435761u) | 1u;
+    h += static_cast<uint32_t>(p[i]) * w;
+  }
+  return h;
+}
+
+int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) {
+  g_run.platform = &platform;
+  g_run.trace = config.trace;
+  g_run.in_invoke = false;
+  g_run.forge_persistent = g_run.forge_scratch = 0;
+  memset(g_run.cost, 0, sizeof(g_run.cost));
+  memset(g_run.checksum, 0, sizeof(g_run.checksum));
+
+  if (config.model == nullptr || config.arena == nullptr) return Fail("no_model_or_arena", -1);
+  if (config.images == nullptr && config.read_image == nullptr) return Fail("no_images", -1);
+  const tflite::Model* model = tflite::GetModel(config.model);
+  if (model->version() != TFLITE_SCHEMA_VERSION) return Fail("schema_version", -2);
+  if (model->subgraphs() == nullptr || model->subgraphs()->size() != 1) {
+    return Fail("needs_one_subgraph", -2);
+  }
+  const auto* ops = model->subgraphs()->Get(0)->operators();
+  g_run.num_ops = ops == nullptr ? 0 : ops->size();
+  if (g_run.num_ops > static_cast<uint32_t>(kMaxOps)) return Fail("too_many_ops", -2);
+  uint32_t num_forge = 0;
+  for (uint32_t i = 0; i < g_run.num_ops; ++i) {
+    g_run.is_forge[i] = strcmp(OpName(model, ops->Get(i)), kForgeName) == 0;
+    num_forge += g_run.is_forge[i] ? 1 : 0;
+  }
+
+  static Resolver resolver;  // static: registrations must outlive the run
+  static bool resolver_ready = false;
+  if (!resolver_ready) {
+    if (FillResolver(&resolver) != kTfLiteOk) return Fail("resolver", -3);
+    resolver_ready = true;
+  }
+  OpProfiler profiler;
+  tflite::MicroInterpreter interpreter(model, resolver, config.arena, config.arena_size,
+                                       nullptr, &profiler);
+  ModeScope<> mode(&interpreter, config.adapt);  // before AllocateTensors/Invoke
+  if (!mode.ok()) return Fail("forge_mode", -3);
+  if (interpreter.AllocateTensors() != kTfLiteOk) return Fail("allocate_tensors", -4);
+  TfLiteTensor* input = interpreter.input(0);
+  TfLiteTensor* output = interpreter.output(0);
+  if (input == nullptr || output == nullptr || input->type != kTfLiteInt8 ||
+      output->type != kTfLiteInt8) {
+    return Fail("needs_int8_input_and_output", -5);
+  }
+  const size_t input_bytes = input->bytes;
+  const size_t num_classes = output->bytes;
+
+  {
+    Line line;
+    line.Add("forge_app version=1 model_bytes=%lu ops=%lu forge_ops=%lu input=",
+             static_cast<unsigned long>(config.model_size),
+             static_cast<unsigned long>(g_run.num_ops),
+             static_cast<unsigned long>(num_forge));
+    AddShape(&line, input);
+    line.Add(" input_bytes=%lu output=", static_cast<unsigned long>(input_bytes));
+    AddShape(&line, output);
+    static const char* const kTraceNames[] = {"none", "forge", "all"};
+    line.Add(" clock_hz=%llu mode=%s trace=%s",
+             static_cast<unsigned long long>(platform.clock_hz),
+             config.adapt ? "adapt" : "frozen",
+             kTraceNames[config.trace < 0 || config.trace > 2 ? 0 : config.trace]);
+    line.Emit();
+  }
+  for (uint32_t i = 0; i < g_run.num_ops; ++i) {
+    Line line;
+    line.Add("op index=%lu name=%s forge=%d", static_cast<unsigned long>(i),
+             OpName(model, ops->Get(i)), g_run.is_forge[i] ? 1 : 0);
+    line.Emit();
+  }
+  {
+    Line line;
+    line.Add("mem arena_size=%lu arena_used=%lu forge_persistent=%lu forge_scratch=%lu",
+             static_cast<unsigned long>(config.arena_size),
+             static_cast<unsigned long>(interpreter.arena_used_bytes()),
+             static_cast<unsigned long>(g_run.forge_persistent),
+             static_cast<unsigned long>(g_run.forge_scratch));
+    line.Emit();
+  }
+
+  uint64_t total_ticks = 0;
+  size_t done = 0;
+  int rc = 0;
+  for (size_t n = 0; n < config.num_images; ++n) {
+    int8_t* dst = input->data.int8;
+    if (config.images != nullptr) {
+      memcpy(dst, config.images + n * input_bytes, input_bytes);
+    } else if (!config.read_image(config.read_image_user, n, dst, input_bytes)) {
+      break;  // end of the stream
+    }
+    g_run.op_counter = 0;
+    g_run.event_counter = 0;
+    g_run.in_invoke = true;
+    Marker(FORGE_APP_MARKER_INFERENCE, 1, static_cast<uint32_t>(n));
+    const uint64_t t0 = Now();
+    const TfLiteStatus status = interpreter.Invoke();
+    const uint64_t ticks = Now() - t0;
+    Marker(FORGE_APP_MARKER_INFERENCE, 0, static_cast<uint32_t>(n));
+    g_run.in_invoke = false;
+    if (status != kTfLiteOk) {
+      Line line;
+      line.Add("error what=invoke image=%lu", static_cast<unsigned long>(n));
+      line.Emit();
+      rc = -7;
+      break;
+    }
+    total_ticks += ticks;
+    ++done;
+    const int8_t* logits = output->data.int8;
+    size_t best = 0;
+    for (size_t c = 1; c < num_classes; ++c) {
+      if (logits[c] > logits[best]) best = c;  // first maximum, as numpy argmax
+    }
+    Line line;
+    line.Add("img index=%lu pred=%lu", static_cast<unsigned long>(n),
+             static_cast<unsigned long>(best));
+    if (config.print_logits) {
+      line.Add(" logits=");
+      for (size_t c = 0; c < num_classes; ++c) line.Add(c ? ",%d" : "%d", logits[c]);
+    }
+    line.Add(" ticks=%llu", static_cast<unsigned long long>(ticks));
+    if (config.trace == FORGE_APP_TRACE_FORGE || config.trace == FORGE_APP_TRACE_ALL) {
+      line.Add(" forge=");
+      bool first = true;
+      for (uint32_t i = 0; i < g_run.num_ops; ++i) {
+        if (!g_run.is_forge[i]) continue;
+        line.Add(first ? "%08lx" : ",%08lx", static_cast<unsigned long>(g_run.checksum[i]));
+        first = false;
+      }
+    }
+    if (config.trace == FORGE_APP_TRACE_ALL) {
+      line.Add(" trace=");
+      for (uint32_t i = 0; i < g_run.num_ops; ++i) {
+        line.Add(i ? ",%08lx" : "%08lx", static_cast<unsigned long>(g_run.checksum[i]));
+      }
+    }
+    line.Emit();
+  }
+
+  // Per-operator and per-type cost (summed over the images that ran).
+  for (uint32_t i = 0; i < g_run.num_ops; ++i) {
+    Line line;
+    line.Add("cost index=%lu name=%s calls=%lu ticks=%llu", static_cast<unsigned long>(i),
+             OpName(model, ops->Get(i)), static_cast<unsigned long>(g_run.cost[i].calls),
+             static_cast<unsigned long long>(g_run.cost[i].ticks));
+    line.Emit();
+  }
+  for (uint32_t i = 0; i < g_run.num_ops; ++i) {
+    const char* name = OpName(model, ops->Get(i));
+    bool seen = false;
+    for (uint32_t j = 0; j < i && !seen; ++j) seen = strcmp(OpName(model, ops->Get(j)), name) == 0;
+    if (seen) continue;
+    uint64_t ticks = 0;
+    uint32_t count = 0;
+    for (uint32_t j = i; j < g_run.num_ops; ++j) {
+      if (strcmp(OpName(model, ops->Get(j)), name) == 0) {
+        ticks += g_run.cost[j].ticks;
+        ++count;
+      }
+    }
+    Line line;
+    line.Add("cost_type name=%s ops=%lu ticks=%llu", name, static_cast<unsigned long>(count),
+             static_cast<unsigned long long>(ticks));
+    line.Emit();
+  }
+  Line line;
+  line.Add("done images=%lu status=%s ticks=%llu", static_cast<unsigned long>(done),
+           rc == 0 ? "ok" : "error", static_cast<unsigned long long>(total_ticks));
+  line.Emit();
+  g_run.platform = nullptr;
+  return rc;
+}

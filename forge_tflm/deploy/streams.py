@@ -1,0 +1,142 @@
+"""Image streams for devices: corrupted test images in the evaluator's order, turned
+into the model's int8 input, written as a raw file (host targets) or C arrays
+(firmware). Generated data belongs in a build cache or tmp, never in the repo.
+
+  stream = corrupted_stream("../shared/datasets/cifar10", "gaussian_noise", 5, limit=200)
+  x = model_input("runs/r20_forge.tflite", stream.images)   # int8 [N, 32, 32, 3]
+  write_image_stream("/tmp/images.bin", x)
+  write_c_arrays("/tmp/gen", "runs/r20_forge.tflite", x)     # model + images as arrays
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageStream:
+  name: str
+  images: np.ndarray   # uint8 [N, H, W, 3], in stream (presentation) order
+  labels: np.ndarray   # int64 [N]
+  order: np.ndarray    # indices into the (subset of the) clean split
+
+
+def corrupted_stream(data_dir: str | None, corruption: str = "gaussian_noise",
+                     severity: int = 5, limit: int | None = 200, seed: int = 0,
+                     ordering_index: int = 0, dataset: str = "cifar10",
+                     split: str = "test", cache_dir: str | None = None) -> ImageStream:
+  """The stream `forge_tflm eval --corrupted_from=generated --corruptions=<corruption>
+  --severity=<severity> --limit=<limit> --seed=<seed>` presents in ordering
+  `ordering_index` (clean subset by seed, corrupted with seed, shuffled by
+  ordering(n, k, seed)); corruptions are cached on disk as the evaluator's are."""
+  from forge_tflm.corruptions import corrupt_cached
+  from forge_tflm.data import load_dataset
+  from forge_tflm.evaluate.protocol import ordering
+
+  clean = load_dataset(dataset, split, data_dir).random_subset(limit, seed)
+  if corruption == "clean":
+    images = clean.images
+  else:
+    images = corrupt_cached(clean.images, corruption, severity, seed=seed,
+                            cache_dir=cache_dir)
+  order = ordering(len(clean.labels), ordering_index, seed)
+  return ImageStream(f"{corruption}-{severity}" if corruption != "clean" else "clean",
+                     images[order], np.asarray(clean.labels)[order], order)
+
+
+def _manifest(artifact_path: str) -> dict | None:
+  path = os.path.splitext(artifact_path)[0] + ".json"
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def model_input(artifact, images_uint8: np.ndarray, manifest: dict | None = None) -> np.ndarray:
+  """uint8 pixels -> the artifact's int8 input, as the evaluator computes it (the
+  manifest's input contract, then the model's input quantization).
+
+  artifact: a .tflite path (its manifest is read from beside it) or bytes (then
+  pass `manifest`, or the default contract pixel/255 applies)."""
+  from forge_tflm.evaluate.run import contract_from_manifest
+  from forge_tflm.runtime.segmented import SegmentedModel
+
+  if isinstance(artifact, (bytes, bytearray)):
+    model_bytes = bytes(artifact)
+  else:
+    with open(artifact, "rb") as f:
+      model_bytes = f.read()
+    if manifest is None:
+      manifest = _manifest(artifact)
+  contract = contract_from_manifest(manifest)
+  model = SegmentedModel(model_bytes, "reference")
+  return model.quantize_input(contract.to_float(np.asarray(images_uint8)))
+
+
+def write_image_stream(path: str, inputs_int8: np.ndarray) -> str:
+  """Raw int8 bytes, image after image (what esp32s3_app/host's binary reads)."""
+  x = np.ascontiguousarray(inputs_int8, dtype=np.int8)
+  tmp = path + ".partial"
+  x.tofile(tmp)
+  os.replace(tmp, path)
+  return path
+
+
+def _c_bytes(data: bytes, per_line: int = 16) -> str:
+  lines = []
+  for i in range(0, len(data), per_line):
+    lines.append("  " + ", ".join(f"0x{b:02x}" for b in data[i:i + per_line]) + ",")
+  return "\n".join(lines)
+
+
+def _c_int8(values: np.ndarray, per_line: int = 24) -> str:
+  v = [str(int(t)) for t in values]
+  return "\n".join("  " + ", ".join(v[i:i + per_line]) + "," for i in range(0, len(v), per_line))
+
+
+def write_c_arrays(out_dir: str, artifact, inputs_int8: np.ndarray,
+                   labels: np.ndarray | None = None, prefix: str = "forge_app") -> list[str]:
+  """Writes <prefix>_data.h/.cc: the model as `alignas(16) const uint8_t
+  <prefix>_model[]` and the int8 images as `<prefix>_images[]` (+ labels), the
+  embedded-array form the firmware targets compile (esp32s3_app/core's
+  ForgeAppConfig.model / .images). Returns the paths written."""
+  if isinstance(artifact, (bytes, bytearray)):
+    model_bytes = bytes(artifact)
+  else:
+    with open(artifact, "rb") as f:
+      model_bytes = f.read()
+  x = np.ascontiguousarray(inputs_int8, dtype=np.int8)
+  n = len(x)
+  per_image = int(x[0].size) if n else 0
+  os.makedirs(out_dir, exist_ok=True)
+  header = os.path.join(out_dir, f"{prefix}_data.h")
+  source = os.path.join(out_dir, f"{prefix}_data.cc")
+  guard = f"{prefix.upper()}_DATA_H_"
+  with open(header + ".partial", "w") as f:
+    f.write(f"// Generated by forge_tflm.deploy.write_c_arrays; do not edit or commit.\n"
+            f"#ifndef {guard}\n#define {guard}\n#include <stddef.h>\n#include <stdint.h>\n"
+            f"extern const uint8_t {prefix}_model[];\n"
+            f"extern const size_t {prefix}_model_size;\n"
+            f"extern const int8_t {prefix}_images[];\n"
+            f"extern const size_t {prefix}_num_images;\n"
+            f"extern const size_t {prefix}_image_bytes;\n"
+            f"extern const int16_t {prefix}_labels[];  // -1: unknown\n"
+            f"#endif  // {guard}\n")
+  lab = (np.full(n, -1) if labels is None else np.asarray(labels)).astype(np.int16)
+  with open(source + ".partial", "w") as f:
+    f.write(f"// Generated by forge_tflm.deploy.write_c_arrays; do not edit or commit.\n"
+            f"#include \"{prefix}_data.h\"\n"
+            f"alignas(16) const uint8_t {prefix}_model[] = {{\n{_c_bytes(model_bytes)}\n}};\n"
+            f"const size_t {prefix}_model_size = {len(model_bytes)};\n"
+            f"alignas(16) const int8_t {prefix}_images[] = {{\n"
+            f"{_c_int8(x.ravel()) or '  0,'}\n}};\n"
+            f"const size_t {prefix}_num_images = {n};\n"
+            f"const size_t {prefix}_image_bytes = {per_image};\n"
+            f"const int16_t {prefix}_labels[] = {{{', '.join(str(int(v)) for v in lab) or '-1'}}};\n")
+  os.replace(header + ".partial", header)
+  os.replace(source + ".partial", source)
+  return [header, source]
