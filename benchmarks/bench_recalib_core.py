@@ -67,9 +67,9 @@ def main(argv=None) -> None:
       for mode in ("adapt", "frozen"):
         ns = 0.0
         for _, x, state in sites:
-          ns += _min_time(lambda: ops.bench_c(x, state, opts, quant, args.reps,
-                                              mode=mode, path=path,
-                                              variant=variant), args.repeats)
+          op = ops.RecalibOp(opts, quant, state.beta, state.gamma_abs, state=state)
+          ns += _min_time(lambda: op.bench(x, args.reps, mode=mode, path=path,
+                                           variant=variant), args.repeats)
         results[(variant, path, mode)] = ns
   memcpy_ns = sum(_min_time(lambda: ops.bench_memcpy(x.size, args.reps),
                             args.repeats) for _, x, _ in sites)

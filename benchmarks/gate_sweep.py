@@ -85,7 +85,7 @@ def run_records(args) -> dict[str, list[np.ndarray]]:
   with open(args.artifact, "rb") as f:
     data = f.read()
   model, source = SegmentedModel(data, args.kernels), SegmentedModel(data, args.kernels)
-  override_options(model, args.momentum, args.window)
+  override_options(model, momentum=args.momentum, window=args.window)
   contract = contract_from_manifest(manifest_for(args.artifact))
   clean = load_dataset(args.dataset, "test", args.data_dir)
   records = {}

@@ -19,10 +19,7 @@ from ai_edge_litert import schema_py_generated as schema
 from forge_tflm import tflite_graph as tg
 from forge_tflm.converter.sites import BNSite, ConversionError
 from forge_tflm.ops import RecalibOptions, encode_options
-
-_FUSED = {schema.ActivationFunctionType.NONE: "none",
-          schema.ActivationFunctionType.RELU: "relu",
-          schema.ActivationFunctionType.RELU6: "relu6"}
+from forge_tflm.ops.options import activation_from_tflite
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,9 +35,10 @@ class InsertedSite:
 
 def fused_activation(op) -> str:
   code = op.builtinOptions.fusedActivationFunction
-  if code not in _FUSED:
+  act = activation_from_tflite(code)
+  if act is None:
     raise ConversionError(f"conv op has unsupported fused activation code {code}")
-  return _FUSED[code]
+  return act.name
 
 
 def insert_recalib(model: "schema.ModelT", sites: list[BNSite], op_index: dict[str, int],

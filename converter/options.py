@@ -6,6 +6,8 @@ import dataclasses
 
 import numpy as np
 
+from forge_tflm.ops import RecalibOptions
+
 
 @dataclasses.dataclass(frozen=True)
 class InputContract:
@@ -53,9 +55,9 @@ class ConvertOptions:
   """What `convert` does.
 
   sites: "all", "none", or a tuple of site names to adapt.
-  momentum / window: the FORGE EMA rule (exactly one; window W gives m = min(1, N/W)).
-  variance: FORGE variance estimator, "batch" or "running".
-  eps: FORGE epsilon; None uses each BN's own epsilon.
+  recalib: the FORGE options of every site (validated when made, so bad options
+    fail before any conversion work); each site's activation comes from the model.
+  eps_from_bn: each site uses its BN's own epsilon instead of recalib.eps.
   calibration_size: images of the calibration set used for int8 ranges.
   preact_range: "minmax" or "percentile:<p>" (e.g. percentile:99.99) for the new
     pre-activation ranges of conv outputs whose activation moves into FORGE.
@@ -63,10 +65,8 @@ class ConvertOptions:
   """
 
   sites: str | tuple[str, ...] = "all"
-  momentum: float | None = None
-  window: int | None = 640
-  variance: str = "running"
-  eps: float | None = None
+  recalib: RecalibOptions = RecalibOptions(window=640)
+  eps_from_bn: bool = True
   input_contract: InputContract = InputContract()
   calibration_size: int = 300
   calibration_seed: int = 0
@@ -74,8 +74,8 @@ class ConvertOptions:
   c_array: bool = False
 
   def __post_init__(self):
-    if (self.momentum is None) == (self.window is None):
-      raise ValueError("set exactly one of momentum and window")
+    if not isinstance(self.recalib, RecalibOptions):
+      raise ValueError("recalib must be a RecalibOptions")
     if self.calibration_size < 1:
       raise ValueError("calibration_size must be >= 1")
     if self.preact_range != "minmax":

@@ -134,9 +134,8 @@ def _insert(ctx: _Context) -> None:
   o = ctx.options
 
   def make_options(site: BNSite, activation: str) -> RecalibOptions:
-    return RecalibOptions(momentum=o.momentum, window=o.window,
-                          eps=o.eps if o.eps is not None else site.eps,
-                          activation=activation, variance=o.variance)
+    return o.recalib.replace(eps=site.eps if o.eps_from_bn else None,
+                             activation=activation)
 
   ctx.inserted = insert.insert_recalib(ctx.model_t, ctx.sites, ctx.op_index, make_options,
                                        lambda site: ctx.preact[site.name])

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from absl import flags
 
+from forge_tflm.cli.recalib_flags import define_recalib_flags, recalib_flag_values
+
 
 def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
   from forge_tflm.converter.options import ConvertOptions
@@ -29,14 +31,10 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
   flags.DEFINE_string("sites", "all", "'all', 'none', comma-separated site names, or"
                       " @FILE (JSON with a 'sites' list, e.g. from layer selection).",
                       flag_values=fv)
-  flags.DEFINE_float("momentum", None, "Fixed EMA momentum (instead of --window).",
-                     flag_values=fv)
-  flags.DEFINE_integer("window", d.window, "EMA window W: momentum = min(1, batch/W)."
-                       " Ignored when --momentum is set.", flag_values=fv)
-  flags.DEFINE_enum("variance", d.variance, ["batch", "running"],
-                    "FORGE variance estimator.", flag_values=fv)
-  flags.DEFINE_float("eps", None, "FORGE epsilon; default: each BN's epsilon.",
-                     flag_values=fv)
+  define_recalib_flags(fv, notes={
+      "window": f"Default {d.recalib.window} unless --momentum is given.",
+      "eps": "Default: each BN's own epsilon.",
+      "variance": f"Default {d.recalib.variance}."})
   flags.DEFINE_list("input_range", ["0", "1"], "Float range the model takes pixels to"
                     " (low,high): x = low + pixel/255*(high-low).", flag_values=fv)
   flags.DEFINE_list("input_mean", None, "Per-channel mean for x = (pixel/255-mean)/std"
@@ -86,11 +84,12 @@ def run(fv: flags.FlagValues, command: str) -> int:
   from forge_tflm.converter.pipeline import convert
   from forge_tflm.data import load_dataset
 
+  given = recalib_flag_values(fv)
   options = ConvertOptions(
-      sites=parse_sites(fv.sites), momentum=fv.momentum,
-      window=None if fv.momentum is not None else fv.window, variance=fv.variance,
-      eps=fv.eps, input_contract=input_contract(fv), calibration_size=fv.calibration_size,
-      preact_range=fv.preact_range, c_array=fv.c_array)
+      sites=parse_sites(fv.sites), recalib=ConvertOptions().recalib.replace(**given),
+      eps_from_bn="eps" not in given, input_contract=input_contract(fv),
+      calibration_size=fv.calibration_size, preact_range=fv.preact_range,
+      c_array=fv.c_array)
   calibration = load_dataset(fv.dataset, fv.calibration_split, fv.data_dir)
   result = convert(fv.model, fv.output, calibration, options, command=command,
                    plain_output=fv.plain_output)

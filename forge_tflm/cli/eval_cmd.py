@@ -14,6 +14,7 @@ from absl import flags
 
 from forge_tflm.evaluate.gate import SIGNALS, GateConfig
 from forge_tflm.evaluate.protocol import ALL_METHODS
+from forge_tflm.cli.recalib_flags import define_recalib_flags, recalib_flag_values
 
 
 def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
@@ -51,11 +52,7 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
   flags.DEFINE_enum("kernels", "optimized", ["optimized", "reference"],
                     "reference = device numerics (BUILTIN_REF); optimized = fast.",
                     flag_values=fv)
-  flags.DEFINE_float("momentum", None, "Override FORGE momentum (fixed).", flag_values=fv)
-  flags.DEFINE_integer("window", None, "Override FORGE window (m = min(1, batch/W)).",
-                       flag_values=fv)
-  flags.DEFINE_enum("variance", None, ["batch", "running"],
-                    "Override FORGE variance estimator.", flag_values=fv)
+  define_recalib_flags(fv, prefix="Override the artifact's FORGE option: ")
   flags.DEFINE_enum("gate_signal", GateConfig.signal, SIGNALS,
                     "Gate score over the probe: diversity_gain = entropy of the mean"
                     " prediction, adapting minus source (does adapting undo the"
@@ -92,7 +89,7 @@ def run(fv: flags.FlagValues, command: str) -> int:
       ordering_seed=fv.seed, kernels=fv.kernels,
       gate=GateConfig(warmup_batches=fv.gate_warmup, delta=fv.gate_delta,
                       signal=fv.gate_signal, reference=fv.gate_reference),
-      momentum=fv.momentum, window=fv.window, variance=fv.variance)
+      option_overrides=recalib_flag_values(fv))
   if not fv.artifact and not fv.keras_model:
     raise ValueError("give --artifact and/or --keras_model")
   limit = fv.limit or None

@@ -12,30 +12,19 @@ does at the FORGE_RECALIB nodes:
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
-from forge_tflm.ops import RecalibOptions
+from forge_tflm.ops import ACTIVATIONS
 from forge_tflm.runtime.segmented import ADAPT, FROZEN, ForgeNode, SegmentedModel
 
 
-def momentum_for(options: RecalibOptions, batch: int) -> float:
-  if options.window is not None:
-    return float(min(1.0, batch / options.window))
-  return float(options.momentum)
-
-
-def override_options(model: SegmentedModel, momentum: float | None = None,
-                     window: int | None = None, variance: str | None = None) -> None:
-  """Replaces the artifact's FORGE options on the host (evaluation sweeps)."""
+def override_options(model: SegmentedModel, **overrides) -> None:
+  """Replaces the artifact's FORGE options on the host (evaluation sweeps):
+  `overrides` are RecalibOptions fields (None = keep the artifact's)."""
+  if not any(v is not None for v in overrides.values()):
+    return
   for node in model.nodes:
-    o = node.options
-    if momentum is not None or window is not None:
-      o = dataclasses.replace(o, momentum=momentum, window=window)
-    if variance is not None:
-      o = dataclasses.replace(o, variance=variance)
-    node.options = o
+    node.op = node.op.with_options(node.options.replace(**overrides))
 
 
 class Int8Method:
@@ -72,9 +61,6 @@ class Forge(Int8Method):
     return self.logits(x_int8, ADAPT)
 
 
-_ACT_RANGES = {"none": (-np.inf, np.inf), "relu": (0.0, np.inf), "relu6": (0.0, 6.0)}
-
-
 class _ScaleAdaptKernel:
   """Host step for scale-adapt at one site (float64 math: it is a simulation).
 
@@ -99,14 +85,14 @@ class _ScaleAdaptKernel:
     scale = max(self.high - self.low, 1e-12) / 255.0
     zp = np.clip(np.round(-128 - self.low / scale), -128, 127)
     fq = (np.clip(np.round(real / scale) + zp, -128, 127) - zp) * scale
-    lo, hi = _ACT_RANGES[self.node.options.activation]
-    fq = np.clip(fq, lo, hi)
+    act = ACTIVATIONS[self.node.options.activation]
+    fq = np.clip(fq, act.low, act.high)
     return np.clip(np.round(fq / q.s_y) + q.z_y, -128, 127).astype(np.int8)
 
   def __call__(self, x: np.ndarray, mode: str) -> np.ndarray:
     q = self.node.quant
     if mode == ADAPT:
-      m = momentum_for(self.node.options, x.shape[0])
+      m = float(self.node.options.momentum_at(x.shape[0]))
       # s_x > 0, so the real range is the int8 range mapped affinely.
       real_min = q.s_x * (float(x.min()) - q.z_x)
       real_max = q.s_x * (float(x.max()) - q.z_x)

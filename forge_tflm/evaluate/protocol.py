@@ -17,6 +17,7 @@ import numpy as np
 from forge_tflm.evaluate.fp32_methods import FP32_METHODS
 from forge_tflm.evaluate.gate import GateConfig, GatedForge
 from forge_tflm.evaluate.int8_methods import INT8_METHODS
+from forge_tflm.ops import RecalibOptions
 
 INT8_NAMES = ("source", "forge", "forge-gated", "scale-adapt")
 FP32_NAMES = ("source-fp32", "bn-adapt", "tent")
@@ -43,9 +44,8 @@ class EvalConfig:
   ordering_seed: int = 0
   kernels: str = "optimized"
   gate: GateConfig = GateConfig()
-  momentum: float | None = None   # Host-side overrides of the artifact's options.
-  window: int | None = None
-  variance: str | None = None
+  # Host-side overrides of the artifact's FORGE options (RecalibOptions fields).
+  option_overrides: dict = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
     unknown = [m for m in self.methods if m not in ALL_METHODS]
@@ -53,8 +53,8 @@ class EvalConfig:
       raise ValueError(f"unknown method(s) {unknown}; known: {', '.join(ALL_METHODS)}")
     if self.batch_size < 1 or self.orderings < 1:
       raise ValueError("batch_size and orderings must be >= 1")
-    if self.momentum is not None and self.window is not None:
-      raise ValueError("set at most one of momentum and window")
+    # Checked now, on any valid options, so a bad override fails before the run.
+    RecalibOptions(window=1).replace(**self.option_overrides)
 
 
 def ordering(n: int, k: int, seed: int) -> np.ndarray:
@@ -86,7 +86,7 @@ def build_methods(config: EvalConfig, artifact: bytes | None, float_model, contr
       if artifact is None:
         raise ValueError(f"method {name} needs the int8 artifact (.tflite)")
       model = SegmentedModel(artifact, config.kernels)
-      override_options(model, config.momentum, config.window, config.variance)
+      override_options(model, **config.option_overrides)
       methods[name] = (GatedForge(model, config.gate, config.batch_size)
                        if name == "forge-gated"
                        else INT8_METHODS[name](model))

@@ -10,21 +10,20 @@ Constants are np.float32 so that no operand is silently promoted to float64.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
+from forge_tflm.ops.options import ACTIVATIONS, MODES, VARIANCES, RecalibOptions, core
+
 F32 = np.float32
 
-MAX_M = 1 << 22
-MAX_C = 65536
-SCALE_MIN = F32(2.0 ** -40)
-SCALE_MAX = F32(2.0 ** 40)
-TARGET_MAX = F32(2.0 ** 40)
-DEFAULT_EPS = F32(1e-5)
-
-ACTIVATIONS = ("none", "relu", "relu6")
-VARIANCES = ("batch", "running")
-MODES = ("adapt", "frozen")
+# The C core's limits (forge_recalib.h), through the binding.
+MAX_M = core().MAX_M
+MAX_C = core().MAX_C
+SCALE_MIN = F32(core().SCALE_MIN)
+SCALE_MAX = F32(core().SCALE_MAX)
+TARGET_MAX = F32(core().TARGET_MAX)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,13 +49,14 @@ def _round_half_away_nonneg(v: np.float32) -> int:
 
 def activation_range(activation: str, s_y: np.float32, z_y: int) -> tuple[int, int]:
   """[qmin, qmax] as TFLite's CalculateActivationRangeQuantized (int8)."""
+  act = ACTIVATIONS[activation]
   qmin, qmax = -128, 127
-  if activation in ("relu", "relu6"):
+  if act.low == 0.0:
     qmin = max(-128, z_y)
-  if activation == "relu6":
-    six = F32(F32(6.0) / F32(s_y))
-    if six < F32(256.0):  # Larger values saturate at 127 anyway.
-      qmax = min(qmax, z_y + _round_half_away_nonneg(six))
+  if act.high != math.inf:
+    top = F32(F32(act.high) / F32(s_y))
+    if top < F32(256.0):  # Larger values saturate at 127 anyway.
+      qmax = min(qmax, z_y + _round_half_away_nonneg(top))
   return qmin, qmax
 
 
@@ -99,14 +99,6 @@ def reset_state(beta: np.ndarray, gamma_abs: np.ndarray) -> np.ndarray:
   return np.concatenate([beta, gamma_abs * gamma_abs]).astype(np.float32)
 
 
-def momentum_value(use_window: bool, momentum, window, batch: int) -> np.float32:
-  """m of SPEC step 3: the fixed momentum, or min(1, (float)N / (float)W)."""
-  if use_window:
-    m = F32(F32(batch) / F32(window))
-    return min(m, F32(1.0))
-  return F32(momentum)
-
-
 @np.errstate(all="ignore")
 def coefficients(mu, var, beta, gamma_abs, eps, q: PreparedQuant):
   """SPEC step 5 (vectorized over channels, each op rounded to float32)."""
@@ -131,8 +123,7 @@ def requantize(x2d: np.ndarray, a: np.ndarray, b: np.ndarray,
 
 @np.errstate(all="ignore")  # inf/NaN are defined (NaN -> qmin), not errors.
 def recalib_step(x: np.ndarray, beta: np.ndarray, gamma_abs: np.ndarray,
-                 state: np.ndarray, *, use_window: bool, momentum, window,
-                 eps, variance: str, q: PreparedQuant,
+                 state: np.ndarray, *, opts: RecalibOptions, q: PreparedQuant,
                  mode: str = "adapt") -> tuple[np.ndarray, np.ndarray]:
   """One invocation; returns (y, new_state). Inputs are not modified.
 
@@ -140,7 +131,7 @@ def recalib_step(x: np.ndarray, beta: np.ndarray, gamma_abs: np.ndarray,
   """
   if mode not in MODES:
     raise ValueError("unknown mode")
-  if variance not in VARIANCES:
+  if opts.variance not in VARIANCES:
     raise ValueError("unknown variance estimator")
   n, c = x.shape[0], x.shape[-1]
   x2d = x.reshape(-1, c)
@@ -158,16 +149,16 @@ def recalib_step(x: np.ndarray, beta: np.ndarray, gamma_abs: np.ndarray,
     mean_b = q.s_x * mq
     var_q = (big_m * s2 - s1 * s1).astype(np.float32) / F32(big_m * big_m)
     var_b = q.sx2 * var_q
-    m = momentum_value(use_window, momentum, window, n)
+    m = opts.momentum_at(n)
     om = F32(F32(1.0) - m)
     mu_new = om * mu + m * mean_b
-    if variance == "running":
+    if opts.variance == "running":
       d = mean_b - mu_new
       v_used = var_b + d * d
     else:
       v_used = var_b
     var_new = om * var + m * v_used
     mu, var = mu_new.astype(np.float32), var_new.astype(np.float32)
-  a, b = coefficients(mu, var, beta, gamma_abs, eps, q)
+  a, b = coefficients(mu, var, beta, gamma_abs, opts.eps, q)
   y = requantize(x2d, a, b, q).reshape(x.shape)
   return y, np.concatenate([mu, var]).astype(np.float32)

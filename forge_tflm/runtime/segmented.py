@@ -4,14 +4,14 @@ The pip interpreter cannot load our kernel through a stable API, so the model's
 operator list is cut at every FORGE_RECALIB node into segment models that hold
 only builtin ops. Tensors that cross a cut (residual skips included) are passed
 between segments unchanged, as int8 arrays; each FORGE node runs in the C core
-on the host (`forge_tflm.ops.forge_recalib_c`). With an identity host step the
+on the host (a `forge_tflm.ops.RecalibOp`, prepared once per node). With an identity host step the
 segmented run is bit-identical to the unsplit model (tests check this).
 
 Per batch the host work is kept small: interpreter tensor indices are cached,
 a FORGE node whose output only the next segment reads writes it straight into
 that segment's input tensor (no allocation, no copy), other FORGE outputs reuse
-one buffer per node and batch size, and the C core's argument validation is
-cached (`forge_recalib_c`).
+one buffer per node and batch size, and each node's options, quantization and
+scratch are prepared once (`RecalibOp`), so a batch costs one C call per node.
 
 Kernel modes: "reference" uses BUILTIN_REF (the integer arithmetic of the
 TFLite-Micro reference kernels and ESP-NN: device numerics); "optimized" uses
@@ -28,8 +28,7 @@ from ai_edge_litert import schema_py_generated as schema
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 from forge_tflm import tflite_graph as tg
-from forge_tflm.ops import (QuantParams, RecalibOptions, RecalibState, decode_options,
-                            forge_recalib_c)
+from forge_tflm.ops import QuantParams, RecalibOp, RecalibOptions, decode_options
 
 KERNEL_MODES = {"reference": OpResolverType.BUILTIN_REF, "optimized": OpResolverType.AUTO}
 ADAPT, FROZEN = "adapt", "frozen"
@@ -54,13 +53,24 @@ class _Segment:
 
 @dataclasses.dataclass
 class ForgeNode:
-  """One FORGE_RECALIB node: its tensors, options, quantization and live state."""
+  """One FORGE_RECALIB node: where it sits, its tensors and its prepared op."""
   name: str
+  op_index: int  # In the full model's operator list.
   input: int
   output: int
-  options: RecalibOptions
-  quant: QuantParams
-  state: RecalibState
+  op: RecalibOp  # Options, quantization and live state, prepared once.
+
+  @property
+  def options(self) -> RecalibOptions:
+    return self.op.options
+
+  @property
+  def quant(self) -> QuantParams:
+    return self.op.quant
+
+  @property
+  def state(self):
+    return self.op.state
 
 
 def _segment_model(model: "schema.ModelT", op_ids: list[int], inputs: list[int],
@@ -111,10 +121,13 @@ class SegmentedModel:
     kernels: "reference" or "optimized".
     host_kernels: extra custom ops run on the host, name -> fn(x, node_op) -> y
       (tests use an identity op to check splitting exactness).
+    site_names: operator index -> site name of each FORGE node (the manifest's
+      record, `from_artifact`); unnamed nodes are called FORGE_RECALIB@<index>.
   """
 
   def __init__(self, model_bytes: bytes, kernels: str = "reference",
-               host_kernels: dict[str, Callable] | None = None, num_threads: int = 1):
+               host_kernels: dict[str, Callable] | None = None, num_threads: int = 1,
+               site_names: dict[int, str] | None = None):
     # num_threads=1 per segment interpreter: small segments gain nothing from
     # threads, and on the shared 2-core host they only contend. Compare with
     # a plain interpreter at the same count (benchmarks/bench_eval_overhead.py).
@@ -126,6 +139,7 @@ class SegmentedModel:
     # (scale-adapt) swap in their own host step here.
     self.forge_kernel: Callable | None = None
     self._host_kernels = dict(host_kernels or {})
+    self._site_names = dict(site_names or {})
     model = tg.load_model(model_bytes)
     if len(model.subgraphs) != 1:
       raise ValueError(f"models with {len(model.subgraphs)} subgraphs are not supported")
@@ -205,10 +219,10 @@ class SegmentedModel:
     options = decode_options(bytes(np.asarray(op.customOptions, np.uint8)))
     s_x, z_x = tg.per_tensor_quant(x)
     s_y, z_y = tg.per_tensor_quant(out)
-    node = ForgeNode(name=tg.tensor_name(sg.tensors[op.inputs[1]]).rsplit("/forge_", 1)[0],
-                     input=int(op.inputs[0]), output=int(op.outputs[0]), options=options,
-                     quant=QuantParams(s_x, z_x, s_y, z_y),
-                     state=RecalibState(beta.astype(np.float32), gamma.astype(np.float32)))
+    node = ForgeNode(name=self._site_names.get(i, f"{tg.FORGE_RECALIB}@{i}"), op_index=i,
+                     input=int(op.inputs[0]), output=int(op.outputs[0]),
+                     op=RecalibOp(options, QuantParams(s_x, z_x, s_y, z_y),
+                                  beta.astype(np.float32), gamma.astype(np.float32)))
     self.nodes.append(node)
     return node
 
@@ -291,8 +305,7 @@ class SegmentedModel:
       if out is None:
         out = self._forge_out[(k, x.shape)] = np.empty_like(x)
       # Reused per batch: like the segment views, valid until the next run().
-      values[node.output] = forge_recalib_c(x, node.state, node.options, node.quant,
-                                            mode=mode, out=out)
+      values[node.output] = node.op(x, mode=mode, out=out)
       return
     seg = self._steps[k + 1][1]
     bound = self._bound(seg, [x.shape if t == node.output else
@@ -300,7 +313,7 @@ class SegmentedModel:
                               for t in seg.inputs])
     buf = bound.it.tensor(bound.ins[pos])()
     try:
-      forge_recalib_c(x, node.state, node.options, node.quant, mode=mode, out=buf)
+      node.op(x, mode=mode, out=buf)
     finally:
       del buf  # LiteRT refuses to invoke while a view of its tensors is alive.
     written[node.output] = x.shape

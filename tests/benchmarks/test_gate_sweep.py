@@ -6,6 +6,7 @@ import pathlib
 import numpy as np
 import pytest
 
+from forge_tflm.ops import RecalibOptions
 from forge_tflm.converter.options import ConvertOptions
 from forge_tflm.evaluate.gate import SIGNALS, GateConfig, GatedForge
 from forge_tflm.evaluate.protocol import ordering, run_stream
@@ -26,7 +27,7 @@ def gate_sweep():
 @pytest.fixture(scope="module")
 def stream(tmp_path_factory):
   tmp = tmp_path_factory.mktemp("sweep")
-  tiny_models.convert_tiny(tmp, ConvertOptions(momentum=0.5, window=None))
+  tiny_models.convert_tiny(tmp, ConvertOptions(recalib=RecalibOptions(momentum=0.5)))
   data = (tmp / "tiny.tflite").read_bytes()
   model = SegmentedModel(data)
   # A shifted stream (darkened), so that adapting changes predictions.

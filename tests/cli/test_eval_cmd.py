@@ -5,6 +5,7 @@ import json
 import pytest
 
 from forge_tflm.cli import main as cli
+from forge_tflm.ops import RecalibOptions
 from forge_tflm.converter.options import ConvertOptions
 from tests.converter import tiny_models
 from tests.data import fixtures
@@ -13,7 +14,7 @@ from tests.data import fixtures
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
   d = tmp_path_factory.mktemp("cli_eval")
-  src, _ = tiny_models.convert_tiny(d, ConvertOptions(window=64), size=32)
+  src, _ = tiny_models.convert_tiny(d, ConvertOptions(recalib=RecalibOptions(window=64)), size=32)
   data_dir = fixtures.write_image_folder(str(d / "data"), fixtures.image_folder_entries(6))
   return d, src, data_dir
 

@@ -8,6 +8,7 @@ import pytest
 
 from forge_tflm import tflite_graph as tg
 from forge_tflm.converter import match
+from forge_tflm.ops import RecalibOptions
 from forge_tflm.converter.options import ConvertOptions, InputContract
 from forge_tflm.converter.pipeline import convert
 from forge_tflm.converter.sites import ConversionError
@@ -30,7 +31,7 @@ def converted(tmp_path_factory):
   src = str(d / "tiny.keras")
   model.save(src)
   out = str(d / "tiny_forge.tflite")
-  result = convert(src, out, _calibration(), ConvertOptions(c_array=True, window=640),
+  result = convert(src, out, _calibration(), ConvertOptions(c_array=True, recalib=RecalibOptions(window=640)),
                    command="forge_tflm convert --model=tiny.keras",
                    plain_output=str(d / "tiny_plain.tflite"))
   return src, out, result
@@ -128,7 +129,7 @@ def test_c_array(converted):
 def test_site_selection(tmp_path, converted):
   src, _, _ = converted
   r = convert(src, str(tmp_path / "two.tflite"), _calibration(16),
-              ConvertOptions(sites=("b2_bn", "dw_bn"), momentum=0.1, window=None))
+              ConvertOptions(sites=("b2_bn", "dw_bn"), recalib=RecalibOptions(momentum=0.1)))
   assert [s["name"] for s in r.manifest["sites"]] == ["b2_bn", "dw_bn"]
   assert r.manifest["sites"][0]["options"]["momentum"] == pytest.approx(0.1)
   assert len(r.manifest["bn_sites_found"]) == 5

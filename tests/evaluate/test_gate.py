@@ -107,11 +107,12 @@ def test_probe_compares_against_the_source_not_the_adapted_state(tmp_path):
   # On a real artifact: during the probe the gate's frozen logits are exactly
   # the source's and its adapted logits exactly ungated FORGE's, batch by batch.
   from forge_tflm.converter.options import ConvertOptions
+  from forge_tflm.ops import RecalibOptions
   from forge_tflm.evaluate.int8_methods import Forge, Source
   from forge_tflm.runtime.segmented import SegmentedModel
   from tests.converter import tiny_models
 
-  tiny_models.convert_tiny(tmp_path, ConvertOptions(momentum=0.5, window=None))
+  tiny_models.convert_tiny(tmp_path, ConvertOptions(recalib=RecalibOptions(momentum=0.5)))
   data = (tmp_path / "tiny.tflite").read_bytes()
   gated = GatedForge(SegmentedModel(data), GateConfig(warmup_batches=4, delta=0.0,
                                                       signal=CONFIDENCE_GAIN))
@@ -230,11 +231,12 @@ def test_gate_config_defaults_and_errors():
 
 def test_clean_reference_is_the_sources_mean_confidence(tmp_path):
   from forge_tflm.converter.options import ConvertOptions
+  from forge_tflm.ops import RecalibOptions
   from forge_tflm.evaluate.int8_methods import Source
   from forge_tflm.runtime.segmented import SegmentedModel
   from tests.converter import tiny_models
 
-  tiny_models.convert_tiny(tmp_path, ConvertOptions(momentum=0.5, window=None))
+  tiny_models.convert_tiny(tmp_path, ConvertOptions(recalib=RecalibOptions(momentum=0.5)))
   data = (tmp_path / "tiny.tflite").read_bytes()
   source = Source(SegmentedModel(data))
   x = source.model.quantize_input(

@@ -5,7 +5,7 @@ import types
 import numpy as np
 import pytest
 
-from forge_tflm.evaluate.int8_methods import _ScaleAdaptKernel, momentum_for
+from forge_tflm.evaluate.int8_methods import _ScaleAdaptKernel
 from forge_tflm.ops import QuantParams, RecalibOptions
 from forge_tflm.runtime.segmented import ADAPT, FROZEN
 
@@ -49,5 +49,5 @@ def test_range_ema_follows_the_batch_extremes():
 
 def test_window_momentum():
   opts = RecalibOptions(momentum=None, window=640)
-  assert momentum_for(opts, 64) == pytest.approx(0.1)
-  assert momentum_for(opts, 1000) == 1.0
+  assert opts.momentum_at(64) == pytest.approx(0.1)
+  assert opts.momentum_at(1000) == 1.0

@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from forge_tflm.ops import RecalibOptions
 from forge_tflm.converter.options import ConvertOptions, InputContract
 from forge_tflm.evaluate import report
 from forge_tflm.evaluate.protocol import EvalConfig, Stream, evaluate, ordering
@@ -15,7 +16,7 @@ from tests.converter import tiny_models
 @pytest.fixture(scope="module")
 def artifact(tmp_path_factory):
   d = tmp_path_factory.mktemp("eval")
-  src, _ = tiny_models.convert_tiny(d, ConvertOptions(momentum=0.2, window=None))
+  src, _ = tiny_models.convert_tiny(d, ConvertOptions(recalib=RecalibOptions(momentum=0.2)))
   return src, str(d / "tiny.tflite")
 
 

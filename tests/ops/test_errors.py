@@ -76,7 +76,6 @@ def test_bad_targets_raise(beta, gamma):
     ops.QuantParams(0.05, 0, math.inf, 0), ops.QuantParams(1e-13, 0, 0.05, 0),
     ops.QuantParams(0.05, 0, 2e12, 0), ops.QuantParams(0.05, -129, 0.05, 0),
     ops.QuantParams(0.05, 0, 0.05, 128),
-    ops.QuantParams(np.array([0.05, 0.1, 0.2], np.float32), 0, 0.05, 0),
 ])
 @pytest.mark.parametrize("impl", ["reference", "c"])
 def test_bad_quantization_raises(quant, impl):
@@ -89,6 +88,11 @@ def test_bad_quantization_raises(quant, impl):
   with pytest.raises(ValueError):
     fn(x, state, GOOD_OPTS, quant)
   np.testing.assert_array_equal(state.data, before)
+
+
+def test_per_channel_quantization_is_refused_where_made():
+  with pytest.raises(ValueError, match="per-tensor"):
+    ops.QuantParams(np.array([0.05, 0.1, 0.2], np.float32), 0, 0.05, 0)
 
 
 @pytest.mark.parametrize("impl", ["reference", "c"])
@@ -135,28 +139,37 @@ def test_c_binding_rejects_bad_buffers():
 
 @needs_core
 @pytest.mark.parametrize("overrides", [
-    {"momentum": math.nan}, {"momentum": -1.0}, {"momentum": 2.0},
-    {"use_window": 1, "window": 0}, {"use_window": 2}, {"use_window": -1},
+    {"window": None, "momentum": None}, {"momentum": -0.1}, {"momentum": 1.5},
+    {"momentum": math.nan}, {"window": 0, "momentum": None},
     {"eps": 0.0}, {"eps": -1.0}, {"eps": math.nan}, {"eps": math.inf},
-    {"act": 3}, {"act": -1}, {"var": 2}, {"mode": 2}, {"path": 3},
+    {"activation": "tanh"}, {"activation": 3}, {"variance": "ema"},
     {"s_x": 0.0}, {"s_y": math.nan}, {"s_y": -1.0}, {"z_x": 128}, {"z_y": -200},
-    {"n": 0}, {"hw": 0}, {"c": 0}, {"n": -1},
-    {"n": 1 << 12, "hw": 1025},  # M > 2^22; the core refuses before any access.
-    {"c": 70000}, {"c": 4},  # Channel count vs buffer lengths.
+    {"mode": 2}, {"mode": -1}, {"path": 3}, {"variant": 3},
+    {"x_shape": (0, 2, 2, 3)}, {"x_shape": (2, 0, 2, 3)}, {"x_shape": (3,)},
+    {"x_shape": (1 << 12, 1025, 1, 3)},  # M > 2^22: refused before any access.
+    {"x_shape": (2, 2, 2, 4)}, {"c": 70000}, {"c": 0},  # Channels vs the node's.
 ])
 def test_c_core_validation_raises_and_writes_nothing(overrides):
+  """The raw binding (options given as a plain object, codes as integers), so the
+  C core's own validation is reached with values RecalibOptions would refuse."""
+  from types import SimpleNamespace
   from forge_tflm.ops import _forge_recalib_core as core
-  c = 3
-  x = np.zeros((2, 2, 2, c), np.int8)
-  y = np.full(x.shape, 7, np.int8)
+  args = dict(momentum=0.1, window=None, eps=1e-5, activation="none",
+              variance="running", s_x=0.05, z_x=0, s_y=0.05, z_y=0, mode=0, path=0,
+              variant=0, c=3, x_shape=(2, 2, 2, 3))
+  args.update(overrides)
+  c = args["c"]
   beta, gamma = np.zeros(c, np.float32), np.ones(c, np.float32)
   state = np.concatenate([beta, gamma * gamma])
-  args = dict(n=2, hw=4, c=c, use_window=0, momentum=0.1, window=0, eps=1e-5,
-              act=0, var=1, s_x=0.05, z_x=0, s_y=0.05, z_y=0, mode=0, path=0)
-  args.update(overrides)
+  x = np.zeros(args["x_shape"], np.int8)
+  y = np.full(x.shape, 7, np.int8)
   before = state.copy()
+  opts = SimpleNamespace(**{k: args[k] for k in ("momentum", "window", "eps",
+                                                 "activation", "variance")})
   with pytest.raises(ValueError, match=r"\S"):
-    core.s8(x, y, beta, gamma, state, *args.values())
+    node = core.Prepared(opts, args["s_x"], args["z_x"], args["s_y"], args["z_y"],
+                         beta, gamma)
+    node.run(x, y, state, args["mode"], args["path"], args["variant"])
   np.testing.assert_array_equal(y, 7)
   np.testing.assert_array_equal(state, before)
 
@@ -168,8 +181,9 @@ def test_c_core_valid_raw_call_succeeds():
   y = np.empty_like(x)
   beta, gamma = np.zeros(3, np.float32), np.ones(3, np.float32)
   state = np.concatenate([beta, gamma])
-  core.s8(x, y, beta, gamma, state, 2, 4, 3, 0, 0.1, 0, 1e-5, 0, 1, 0.05, 0,
-          0.05, 0, 0, 0)
+  node = core.Prepared(ops.RecalibOptions(momentum=0.1), 0.05, 0, 0.05, 0, beta, gamma)
+  node.run(x, y, state, 0)
+  assert node.channels == 3
   assert core.scratch_bytes(16) == (24 * 16, 280 * 16)
   with pytest.raises(ValueError):
     core.state_reset(beta, np.array([1, -1, 1], np.float32), state)

@@ -97,8 +97,9 @@ def test_window_momentum_and_state_update_by_hand():
   var = 0.75 * 4.0 + 0.25 * (var_b + (mean_b - mu) ** 2)
   assert state.mu[0] == F32(mu)
   assert state.var[0] == pytest.approx(var, rel=1e-6)
-  assert reference.momentum_value(True, None, 32, 8) == F32(0.25)
-  assert reference.momentum_value(True, None, 4, 8) == F32(1.0)  # min(1, N/W)
+  assert ops.RecalibOptions(window=32).momentum_at(8) == F32(0.25)
+  assert ops.RecalibOptions(window=4).momentum_at(8) == F32(1.0)  # min(1, N/W)
+  assert ops.RecalibOptions(momentum=0.3).momentum_at(8) == F32(0.3)
 
 
 def test_reset_restores_clean_targets():
@@ -166,7 +167,6 @@ def test_reference_keeps_float32_everywhere():
   q = reference.prepare_quant("relu", 0.1, 0, 0.2, 1)
   y, new_state = reference.recalib_step(
       x, case_state.beta, case_state.gamma_abs, case_state.data,
-      use_window=False, momentum=0.3, window=None, eps=1e-5, variance="running",
-      q=q)
+      opts=ops.RecalibOptions(momentum=0.3), q=q)
   assert y.dtype == np.int8 and new_state.dtype == np.float32
   assert all(isinstance(v, np.float32) for v in (q.r, q.inv_sy, q.sx2))

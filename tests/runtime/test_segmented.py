@@ -16,7 +16,7 @@ IDENTITY = "TEST_IDENTITY"
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-  _, r = tiny_models.convert_tiny(tmp_path_factory.mktemp("seg"), ConvertOptions(window=640))
+  _, r = tiny_models.convert_tiny(tmp_path_factory.mktemp("seg"), ConvertOptions())
   return r.plain_tflite, r.tflite
 
 

@@ -43,6 +43,35 @@ const char* forge_recalib_status_string(int status) {
   }
 }
 
+static const char* name_of(const char* const* names, int32_t count,
+                           int32_t code) {
+  return code >= 0 && code < count ? names[code] : NULL;
+}
+
+const char* forge_recalib_activation_name(int32_t code) {
+  static const char* const kNames[FORGE_RECALIB_ACT_COUNT] = {"none", "relu",
+                                                              "relu6"};
+  return name_of(kNames, FORGE_RECALIB_ACT_COUNT, code);
+}
+
+const char* forge_recalib_variance_name(int32_t code) {
+  static const char* const kNames[FORGE_RECALIB_VAR_COUNT] = {"batch",
+                                                              "running"};
+  return name_of(kNames, FORGE_RECALIB_VAR_COUNT, code);
+}
+
+const char* forge_recalib_mode_name(int32_t code) {
+  static const char* const kNames[FORGE_RECALIB_MODE_COUNT] = {"adapt",
+                                                               "frozen"};
+  return name_of(kNames, FORGE_RECALIB_MODE_COUNT, code);
+}
+
+const char* forge_recalib_path_name(int32_t code) {
+  static const char* const kNames[FORGE_RECALIB_PATH_COUNT] = {"auto", "affine",
+                                                               "lut"};
+  return name_of(kNames, FORGE_RECALIB_PATH_COUNT, code);
+}
+
 void forge_recalib_options_default(forge_recalib_options* opts) {
   if (opts == NULL) return;
   opts->use_window = -1;

@@ -47,25 +47,37 @@ typedef enum {
 typedef enum {
   FORGE_RECALIB_ACT_NONE = 0,
   FORGE_RECALIB_ACT_RELU = 1,
-  FORGE_RECALIB_ACT_RELU6 = 2
+  FORGE_RECALIB_ACT_RELU6 = 2,
+  FORGE_RECALIB_ACT_COUNT
 } forge_recalib_activation;
 
 typedef enum {
   FORGE_RECALIB_VAR_BATCH = 0,
-  FORGE_RECALIB_VAR_RUNNING = 1
+  FORGE_RECALIB_VAR_RUNNING = 1,
+  FORGE_RECALIB_VAR_COUNT
 } forge_recalib_variance;
 
 typedef enum {
   FORGE_RECALIB_MODE_ADAPT = 0,  /* update statistics, then renormalize */
-  FORGE_RECALIB_MODE_FROZEN = 1  /* renormalize with the current state */
+  FORGE_RECALIB_MODE_FROZEN = 1, /* renormalize with the current state */
+  FORGE_RECALIB_MODE_COUNT
 } forge_recalib_mode;
 
 /* How the per-element pass is evaluated; all are bit-identical. */
 typedef enum {
   FORGE_RECALIB_PATH_AUTO = 0,
   FORGE_RECALIB_PATH_AFFINE = 1,  /* per-channel A, B per element */
-  FORGE_RECALIB_PATH_LUT = 2      /* per-channel 256-entry int8 table */
+  FORGE_RECALIB_PATH_LUT = 2,     /* per-channel 256-entry int8 table */
+  FORGE_RECALIB_PATH_COUNT
 } forge_recalib_path;
+
+/* The one spelling of each enum value (index = code; NULL for an unknown
+ * code): the strings of custom_options (SPEC.md "Options"), which the option
+ * parser and every binding use instead of repeating them. */
+const char* forge_recalib_activation_name(int32_t code);
+const char* forge_recalib_variance_name(int32_t code);
+const char* forge_recalib_mode_name(int32_t code);
+const char* forge_recalib_path_name(int32_t code);
 
 /* Limits (SPEC.md "Validation"). */
 #define FORGE_RECALIB_MAX_M (1 << 22)      /* N*HW per channel */
@@ -75,6 +87,8 @@ typedef enum {
 #define FORGE_RECALIB_SCALE_MAX 1099511627776.0f /* 2^40 */
 #define FORGE_RECALIB_TARGET_MAX 1099511627776.0f /* |beta|, gamma_abs */
 #define FORGE_RECALIB_DEFAULT_EPS 1e-5f
+/* Larger custom_options are rejected (a valid map is about 100 bytes). */
+#define FORGE_RECALIB_MAX_OPTIONS_BYTES 512
 /* AUTO uses the table when a channel has at least this many elements (and the
  * scratch holds it). 1024 suits scalar FPUs (MCUs, -O2: the table is 2x
  * faster); the host extension builds with INT32_MAX (always affine) since
@@ -83,6 +97,18 @@ typedef enum {
 #ifndef FORGE_RECALIB_LUT_MIN_M
 #define FORGE_RECALIB_LUT_MIN_M 1024
 #endif
+
+/* The options a model carries, in SPEC.md order, as X(field, kind) with kind
+ * FLOAT, INT or the enum whose names the value takes (ACTIVATION, VARIANCE).
+ * Bindings walk this list instead of naming fields, so a new option is a new
+ * struct field, a line here and its case in the parser. use_window is derived:
+ * window given (1) or momentum given (0). */
+#define FORGE_RECALIB_OPTION_FIELDS(X) \
+  X(momentum, FLOAT)                   \
+  X(window, INT)                       \
+  X(eps, FLOAT)                        \
+  X(activation, ACTIVATION)            \
+  X(variance, VARIANCE)
 
 typedef struct {
   int32_t use_window; /* 0: fixed momentum, 1: window (m = min(1, N/W)) */

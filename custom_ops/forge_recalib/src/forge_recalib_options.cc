@@ -76,6 +76,18 @@ bool StringIs(const flexbuffers::String& s, const char* name) {
   return s.size() == n && memcmp(s.c_str(), name, n) == 0;
 }
 
+// The code whose name (forge_recalib.h's table) is s; false if none is.
+bool NameToCode(const flexbuffers::String& s, const char* (*name_of)(int32_t),
+                int32_t* code) {
+  for (int32_t i = 0; name_of(i) != nullptr; ++i) {
+    if (StringIs(s, name_of(i))) {
+      *code = i;
+      return true;
+    }
+  }
+  return false;
+}
+
 enum class FloatRead { kOk, kWrongType, kOutOfRange };
 
 // Float option: any flexbuffer float width. A value outside the float32 range
@@ -159,26 +171,16 @@ int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
       if (has_activation) return Fail(msg, "duplicate option key 'activation'");
       has_activation = true;
       if (!v.IsString()) return Fail(msg, "option 'activation' must be a string");
-      const flexbuffers::String s = v.AsString();
-      if (StringIs(s, "none")) {
-        out->activation = FORGE_RECALIB_ACT_NONE;
-      } else if (StringIs(s, "relu")) {
-        out->activation = FORGE_RECALIB_ACT_RELU;
-      } else if (StringIs(s, "relu6")) {
-        out->activation = FORGE_RECALIB_ACT_RELU6;
-      } else {
+      if (!NameToCode(v.AsString(), forge_recalib_activation_name,
+                      &out->activation)) {
         return Fail(msg, "unknown activation (none, relu, relu6)");
       }
     } else if (KeyIs(key, "variance")) {
       if (has_variance) return Fail(msg, "duplicate option key 'variance'");
       has_variance = true;
       if (!v.IsString()) return Fail(msg, "option 'variance' must be a string");
-      const flexbuffers::String s = v.AsString();
-      if (StringIs(s, "batch")) {
-        out->variance = FORGE_RECALIB_VAR_BATCH;
-      } else if (StringIs(s, "running")) {
-        out->variance = FORGE_RECALIB_VAR_RUNNING;
-      } else {
+      if (!NameToCode(v.AsString(), forge_recalib_variance_name,
+                      &out->variance)) {
         return Fail(msg, "unknown variance estimator (batch, running)");
       }
     } else {

@@ -26,7 +26,7 @@ namespace forge_recalib {
 
 // Larger option buffers are rejected (a valid map is about 100 bytes); this is
 // also the size of the aligned stack copy.
-constexpr size_t kMaxOptionsBytes = 512;
+constexpr size_t kMaxOptionsBytes = FORGE_RECALIB_MAX_OPTIONS_BYTES;
 
 // Fills *out (defaults first) and validates it with
 // forge_recalib_validate_options. Returns a forge_recalib_status; on error

@@ -1,0 +1,265 @@
+"""The op's vocabulary: options, activations, the momentum rule (one definition each).
+
+Enum spellings, option fields and limits come from the C core through the binding
+(`_forge_recalib_core`: forge_recalib.h's name tables and FORGE_RECALIB_OPTION_FIELDS),
+so Python never repeats them. `RecalibOptions` is the one options type: the converter,
+the manifest, the evaluator and the CLI flags are all built from its fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+
+import numpy as np
+from flatbuffers import flexbuffers
+
+
+def core():
+  """The compiled C core module (forge_tflm.ops._forge_recalib_core)."""
+  try:
+    from forge_tflm.ops import _forge_recalib_core
+  except ImportError as e:
+    raise ImportError(
+        "forge_tflm.ops._forge_recalib_core is not built; run "
+        "`pip install -e . --no-build-isolation`") from e
+  return _forge_recalib_core
+
+
+_CORE = core()
+
+MAX_OPTIONS_BYTES = _CORE.MAX_OPTIONS_BYTES
+DEFAULT_EPS = float(np.float32(_CORE.DEFAULT_EPS))
+VARIANCES: tuple[str, ...] = _CORE.VARIANCES
+MODES: tuple[str, ...] = _CORE.MODES
+PATHS: tuple[str, ...] = _CORE.PATHS
+VARIANTS: tuple[str, ...] = _CORE.VARIANTS
+# (field name, kind): kind FLOAT, INT, or the enum whose names the value takes.
+OPTION_FIELDS: tuple[tuple[str, str], ...] = _CORE.OPTION_FIELDS
+_INT32_MAX = 2**31 - 1
+_FLT_MAX = float(np.finfo(np.float32).max)
+
+
+@dataclasses.dataclass(frozen=True)
+class Activation:
+  """An activation FORGE_RECALIB can apply after renormalizing.
+
+  code: the C enum value (forge_recalib_activation); low/high: the real-valued
+  range it clamps to; tflite_code: TFLite's ActivationFunctionType of the same
+  activation fused into a conv.
+  """
+  name: str
+  code: int
+  low: float
+  high: float
+
+  @property
+  def tflite_code(self) -> int:
+    from ai_edge_litert import schema_py_generated as schema
+    return getattr(schema.ActivationFunctionType, self.name.upper())
+
+
+# What each activation the C core knows does; the names and codes are the core's.
+_CLAMPS = {"none": (-math.inf, math.inf), "relu": (0.0, math.inf), "relu6": (0.0, 6.0)}
+if set(_CLAMPS) != set(_CORE.ACTIVATIONS):
+  raise ImportError(f"the C core's activations {_CORE.ACTIVATIONS} differ from the"
+                    f" Python ones {tuple(_CLAMPS)}: rebuild the extension")
+ACTIVATIONS: dict[str, Activation] = {
+    name: Activation(name, code, *_CLAMPS[name]) for code, name in enumerate(_CORE.ACTIVATIONS)}
+
+
+def activation_from_tflite(code: int) -> Activation | None:
+  """The activation of TFLite's fused-activation `code`, or None if FORGE has none."""
+  for act in ACTIVATIONS.values():
+    if act.tflite_code == code:
+      return act
+  return None
+
+
+def _is_real(v) -> bool:
+  return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
+
+
+def _to_float32(v) -> np.float32 | None:
+  """float32 of v, or None if v is outside the float32 range or NaN (as C++)."""
+  v = float(v)
+  if not -_FLT_MAX <= v <= _FLT_MAX:
+    return None
+  return np.float32(v)
+
+
+def momentum_rule(momentum: float | None, window: int | None, batch: int) -> np.float32:
+  """m of SPEC step 3: the fixed momentum, or min(1, (float)N / (float)W)."""
+  if window is not None:
+    return min(np.float32(np.float32(batch) / np.float32(window)), np.float32(1.0))
+  return np.float32(momentum)
+
+
+def _help(text: str) -> dict:
+  return {"help": text}
+
+
+@dataclasses.dataclass(frozen=True)
+class RecalibOptions:
+  """FORGE_RECALIB's options, validated where made (rules: SPEC.md "Options").
+
+  Exactly one of `momentum` (fixed EMA rate in [0, 1]) and `window` (rate
+  min(1, N / window) for a batch of N) is set. Float fields hold the float32 value
+  the op uses, so encoding and decoding round-trip exactly. Each field's metadata
+  "help" is its command-line help; a field without it (activation: it comes from
+  the model) has no flag.
+  """
+  momentum: float | None = dataclasses.field(
+      default=None, metadata=_help("Fixed EMA momentum in [0, 1] (instead of --window)."))
+  window: int | None = dataclasses.field(
+      default=None, metadata=_help("EMA window W: momentum = min(1, batch/W)."))
+  eps: float = dataclasses.field(
+      default=DEFAULT_EPS, metadata=_help("FORGE epsilon added to the variance."))
+  activation: str = "none"
+  variance: str = dataclasses.field(
+      default="running", metadata=_help(f"Variance estimator: {', '.join(VARIANCES)}."))
+
+  def __post_init__(self):
+    if (self.momentum is None) == (self.window is None):
+      raise ValueError("exactly one of momentum or window must be set")
+    if self.momentum is not None:
+      if not _is_real(self.momentum):
+        raise ValueError("momentum must be a number")
+      m = _to_float32(self.momentum)
+      if m is None or not 0.0 <= m <= 1.0:
+        raise ValueError("momentum must be a number in [0, 1]")
+      object.__setattr__(self, "momentum", float(m))
+    else:
+      if not isinstance(self.window, numbers.Integral) or isinstance(
+          self.window, (bool, np.bool_)):
+        raise ValueError("window must be an integer")
+      if not 1 <= int(self.window) <= _INT32_MAX:
+        raise ValueError("window must be in [1, 2^31-1]")
+      object.__setattr__(self, "window", int(self.window))
+    if not _is_real(self.eps):
+      raise ValueError("eps must be a number")
+    eps = _to_float32(self.eps)
+    if eps is None or not eps > 0:
+      raise ValueError("eps must be finite and > 0")
+    object.__setattr__(self, "eps", float(eps))
+    if self.activation not in ACTIVATIONS:
+      raise ValueError(f"unknown activation {self.activation!r} (one of"
+                       f" {', '.join(ACTIVATIONS)})")
+    if self.variance not in VARIANCES:
+      raise ValueError(f"unknown variance estimator {self.variance!r} (one of"
+                       f" {', '.join(VARIANCES)})")
+
+  @property
+  def use_window(self) -> bool:
+    return self.window is not None
+
+  def momentum_at(self, batch: int) -> np.float32:
+    """The EMA rate for a batch of `batch` images (SPEC step 3)."""
+    return momentum_rule(self.momentum, self.window, batch)
+
+  def replace(self, **changes) -> "RecalibOptions":
+    """A copy with `changes`; setting momentum clears window and vice versa.
+
+    Setting both at once is an error (they are two spellings of one rate).
+    """
+    changes = {k: v for k, v in changes.items() if v is not None}
+    if "momentum" in changes and "window" in changes:
+      raise ValueError("set at most one of momentum and window")
+    if "momentum" in changes:
+      changes["window"] = None
+    elif "window" in changes:
+      changes["momentum"] = None
+    return dataclasses.replace(self, **changes)
+
+  def to_json(self) -> dict:
+    """The set fields, by name (the manifest's per-site options)."""
+    return {name: getattr(self, name) for name, _ in OPTION_FIELDS
+            if getattr(self, name) is not None}
+
+  @classmethod
+  def from_json(cls, data: dict) -> "RecalibOptions":
+    unknown = set(data) - {name for name, _ in OPTION_FIELDS}
+    if unknown:
+      raise ValueError(f"unknown FORGE option(s) {', '.join(sorted(unknown))}")
+    return cls(**data)
+
+
+_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(RecalibOptions))
+if _FIELD_NAMES != tuple(name for name, _ in OPTION_FIELDS):
+  raise ImportError(f"RecalibOptions fields {_FIELD_NAMES} differ from the C core's"
+                    f" {OPTION_FIELDS}: rebuild the extension")
+
+FLAG_FIELDS = tuple(f for f in dataclasses.fields(RecalibOptions) if "help" in f.metadata)
+# The values each enum kind of OPTION_FIELDS takes.
+ENUM_VALUES = {"ACTIVATION": tuple(ACTIVATIONS), "VARIANCE": VARIANCES}
+
+
+def encode_options(opts: RecalibOptions) -> bytes:
+  """Flexbuffer map with every set field written explicitly (custom_options)."""
+  fbb = flexbuffers.Builder()
+  with fbb.Map():
+    for name, kind in OPTION_FIELDS:
+      value = getattr(opts, name)
+      if value is None:
+        continue
+      fbb.Key(name)
+      if kind == "FLOAT":
+        fbb.Float(value)
+      elif kind == "INT":
+        fbb.Int(value)
+      else:
+        fbb.String(value)
+  return bytes(fbb.Finish())
+
+
+def _read_value(key: str, kind: str, ref):
+  if kind == "FLOAT":
+    if not ref.IsFloat:
+      raise ValueError(f"option {key!r} must be a float")
+    return float(ref.AsFloat)
+  if kind == "INT":
+    if not ref.IsInt:
+      raise ValueError(f"option {key!r} must be an integer")
+    return int(ref.AsInt)
+  if not ref.IsString:
+    raise ValueError(f"option {key!r} must be a string")
+  return ref.AsString
+
+
+def decode_options(data: bytes) -> RecalibOptions:
+  """Parses custom_options with the rules of the C++ parser; ValueError if bad.
+
+  Only the root map and its scalar/string values are read, so a hostile buffer
+  cannot make this recurse.
+  """
+  data = bytes(data)
+  if len(data) > MAX_OPTIONS_BYTES:
+    raise ValueError(f"options larger than {MAX_OPTIONS_BYTES} bytes")
+  kinds = dict(OPTION_FIELDS)
+  try:
+    root = flexbuffers.GetRoot(data)
+    if not root.IsMap:
+      raise ValueError("options must be a flexbuffer map")
+    fmap = root.AsMap
+    keys = [k.AsKey for k in fmap.Keys]
+    values = list(fmap.Values)
+  except ValueError:
+    raise
+  except Exception as e:  # Malformed bytes surface as many exception types.
+    raise ValueError(f"malformed flexbuffer options: {type(e).__name__}") from e
+  if len(keys) != len(values):
+    raise ValueError("malformed flexbuffer options: key/value count mismatch")
+  kwargs = {}
+  for key, ref in zip(keys, values):
+    if key not in kinds:
+      raise ValueError(f"unknown option key {key!r}")
+    if key in kwargs:
+      raise ValueError(f"duplicate option key {key!r}")
+    try:
+      kwargs[key] = _read_value(key, kinds[key], ref)
+    except ValueError:
+      raise
+    except Exception as e:
+      raise ValueError(f"malformed flexbuffer options: {type(e).__name__}") from e
+  return RecalibOptions(**kwargs)
