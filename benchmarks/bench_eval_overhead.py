@@ -19,7 +19,7 @@ import time
 import numpy as np
 from ai_edge_litert.interpreter import Interpreter
 
-from forge_tflm.converter.options import InputContract
+from forge_tflm.artifact import InputContract
 from forge_tflm.data import load_dataset
 from forge_tflm.ops import c_core_variant
 from forge_tflm.runtime.segmented import KERNEL_MODES, SegmentedModel

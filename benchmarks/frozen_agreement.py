@@ -18,7 +18,7 @@ import json
 import numpy as np
 
 from forge_tflm.data import load_dataset
-from forge_tflm.evaluate.run import contract_from_manifest, manifest_for
+from forge_tflm.artifact import Artifact
 from forge_tflm.runtime.segmented import SegmentedModel
 
 
@@ -42,8 +42,9 @@ def main():
 
   data = load_dataset(args.dataset, args.split, args.data_dir)
   data = data.random_subset(args.limit, seed=0)
-  contract = contract_from_manifest(manifest_for(args.artifact))
-  forge = SegmentedModel(open(args.artifact, "rb").read(), args.kernels)
+  artifact = Artifact.load(args.artifact)
+  contract = artifact.input_contract
+  forge = SegmentedModel.from_artifact(artifact, args.kernels)
   plain = SegmentedModel(open(args.plain, "rb").read(), args.kernels)
   x = plain.quantize_input(contract.to_float(data.images))
   a = predict(plain, x, args.batch_size, "frozen")

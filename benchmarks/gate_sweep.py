@@ -30,12 +30,12 @@ import numpy as np
 
 from forge_tflm.corruptions import CORRUPTIONS
 from forge_tflm.data import load_dataset
-from forge_tflm.evaluate import streams as st
-from forge_tflm.evaluate.gate import (CONFIDENCE_DROP, SIGNALS, GateConfig, ProbeStats,
+from forge_tflm.evaluation import streams as st
+from forge_tflm.evaluation.gate import (CONFIDENCE_DROP, SIGNALS, GateConfig, ProbeStats,
                                       gate_fires)
-from forge_tflm.evaluate.int8_methods import override_options
-from forge_tflm.evaluate.protocol import ordering
-from forge_tflm.evaluate.run import contract_from_manifest, manifest_for
+from forge_tflm.evaluation.int8_methods import override_options
+from forge_tflm.evaluation.protocol import ordering
+from forge_tflm.artifact import Artifact
 from forge_tflm.runtime.segmented import ADAPT, FROZEN, SegmentedModel
 
 
@@ -82,11 +82,11 @@ def gated_accuracy(rows: np.ndarray, gate: GateConfig) -> tuple[float, bool]:
 
 
 def run_records(args) -> dict[str, list[np.ndarray]]:
-  with open(args.artifact, "rb") as f:
-    data = f.read()
-  model, source = SegmentedModel(data, args.kernels), SegmentedModel(data, args.kernels)
+  artifact = Artifact.load(args.artifact)
+  model = SegmentedModel.from_artifact(artifact, args.kernels)
+  source = SegmentedModel.from_artifact(artifact, args.kernels)
   override_options(model, momentum=args.momentum, window=args.window)
-  contract = contract_from_manifest(manifest_for(args.artifact))
+  contract = artifact.input_contract
   clean = load_dataset(args.dataset, "test", args.data_dir)
   records = {}
   for stream in st.generated_streams(clean, list(CORRUPTIONS), args.severity,

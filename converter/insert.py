@@ -31,6 +31,7 @@ class InsertedSite:
   input_tensor: str
   output_tensor: str
   saturated_fraction: float
+  op_index: int = -1  # The FORGE op's index in the rewritten operator list.
 
 
 def fused_activation(op) -> str:
@@ -104,9 +105,12 @@ def insert_recalib(model: "schema.ModelT", sites: list[BNSite], op_index: dict[s
                                  tg.tensor_name(pre), tg.tensor_name(out), saturated))
 
   ops = []
+  forge_index = {}  # Conv index -> the index its FORGE op gets.
   for i, op in enumerate(subgraph.operators):
     ops.append(op)
     if i in new_ops:
+      forge_index[i] = len(ops)
       ops.append(new_ops[i])
   subgraph.operators = ops
-  return inserted
+  return [dataclasses.replace(s, op_index=forge_index[op_index[s.site.name]])
+          for s in inserted]

@@ -1,53 +1,11 @@
-"""Converter options (frozen) and the model's input contract."""
+"""Converter options (frozen, validated when made)."""
 
 from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-
+from forge_tflm.artifact import InputContract
 from forge_tflm.ops import RecalibOptions
-
-
-@dataclasses.dataclass(frozen=True)
-class InputContract:
-  """How uint8 pixels become the float input the model was trained on.
-
-  kind "range": x = low + pixel / 255 * (high - low).
-  kind "normalize": x = (pixel / 255 - mean[c]) / std[c].
-  """
-
-  kind: str = "range"
-  low: float = 0.0
-  high: float = 1.0
-  mean: tuple[float, ...] = ()
-  std: tuple[float, ...] = ()
-
-  def __post_init__(self):
-    if self.kind == "range":
-      if not self.high > self.low:
-        raise ValueError(f"input range needs high > low, got [{self.low}, {self.high}]")
-    elif self.kind == "normalize":
-      if len(self.mean) != len(self.std) or not self.mean:
-        raise ValueError("normalize needs mean and std of the same (non-zero) length")
-      if any(s <= 0 for s in self.std):
-        raise ValueError("normalize std must be > 0")
-    else:
-      raise ValueError(f"input contract kind must be 'range' or 'normalize', not {self.kind!r}")
-
-  def to_float(self, pixels: np.ndarray) -> np.ndarray:
-    x = np.asarray(pixels, np.float32) / np.float32(255.0)
-    if self.kind == "range":
-      return (np.float32(self.low) + x * np.float32(self.high - self.low)).astype(np.float32)
-    return ((x - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)
-            ).astype(np.float32)
-
-  def to_json(self) -> dict:
-    if self.kind == "range":
-      return {"kind": "range", "low": self.low, "high": self.high,
-              "pixel_to_float": "low + pixel/255*(high-low)"}
-    return {"kind": "normalize", "mean": list(self.mean), "std": list(self.std),
-            "pixel_to_float": "(pixel/255 - mean[c]) / std[c]"}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,72 +3,34 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 
+from forge_tflm.artifact import Manifest, SiteRecord, TensorQuant
 from forge_tflm.converter.insert import InsertedSite
 from forge_tflm.converter.options import ConvertOptions
-
-MANIFEST_VERSION = 1
-_BYTES_PER_CHANNEL_STATE = 8    # mu, var: float32 each, in SRAM.
-_BYTES_PER_CHANNEL_TARGETS = 8  # beta, |gamma|: float32 each, const (flash).
-
-
-def sha256(data: bytes) -> str:
-  return hashlib.sha256(data).hexdigest()
 
 
 def build_manifest(*, tflite: bytes, source_path: str, source_sha256: str,
                    frontend: str, options: ConvertOptions, all_sites: list,
                    inserted: list[InsertedSite], input_quant: tuple[float, int],
                    output_quant: tuple[float, int], command: str,
-                   calibration: dict) -> dict:
-  sites = []
-  for s in inserted:
-    c = s.site.channels
-    sites.append({
-        "name": s.site.name,
-        "conv": s.site.conv,
-        "kind": s.site.kind,
-        "channels": c,
-        "activation": s.options.activation,
-        "bn_eps": s.site.eps,
-        "options": {k: v for k, v in (("momentum", s.options.momentum),
-                                      ("window", s.options.window),
-                                      ("eps", s.options.eps),
-                                      ("activation", s.options.activation),
-                                      ("variance", s.options.variance)) if v is not None},
-        "input_tensor": s.input_tensor,
-        "output_tensor": s.output_tensor,
-        "input_quantization": {"scale": s.input_quant[0], "zero_point": s.input_quant[1]},
-        "output_quantization": {"scale": s.output_quant[0], "zero_point": s.output_quant[1]},
-        "preact_saturated_fraction": s.saturated_fraction,
-        "state_bytes": _BYTES_PER_CHANNEL_STATE * c,
-        "target_bytes": _BYTES_PER_CHANNEL_TARGETS * c,
-    })
-  channels = sum(s["channels"] for s in sites)
-  return {
-      "manifest_version": MANIFEST_VERSION,
-      "model_sha256": sha256(tflite),
-      "model_bytes": len(tflite),
-      "source": {"path": source_path, "sha256": source_sha256, "frontend": frontend},
-      "command": command,
-      "input": {"contract": options.input_contract.to_json(),
-                "quantization": {"scale": input_quant[0], "zero_point": input_quant[1]},
-                "dtype": "int8"},
-      "output": {"quantization": {"scale": output_quant[0], "zero_point": output_quant[1]},
-                 "dtype": "int8"},
-      "calibration": calibration,
-      "bn_sites_found": [s.name for s in all_sites],
-      "sites": sites,
-      "totals": {
-          "sites": len(sites),
-          "channels": channels,
-          "state_bytes_sram": _BYTES_PER_CHANNEL_STATE * channels,
-          "target_bytes_flash": _BYTES_PER_CHANNEL_TARGETS * channels,
-      },
-  }
+                   calibration: dict) -> Manifest:
+  sites = tuple(
+      SiteRecord(name=s.site.name, conv=s.site.conv, kind=s.site.kind, op_index=s.op_index,
+                 channels=s.site.channels, bn_eps=s.site.eps, options=s.options,
+                 input_tensor=s.input_tensor, output_tensor=s.output_tensor,
+                 input_quant=TensorQuant(*s.input_quant),
+                 output_quant=TensorQuant(*s.output_quant),
+                 preact_saturated_fraction=s.saturated_fraction)
+      for s in inserted)
+  return Manifest(model_sha256=hashlib.sha256(tflite).hexdigest(), model_bytes=len(tflite),
+                  source={"path": source_path, "sha256": source_sha256,
+                          "frontend": frontend},
+                  command=command, input_contract=options.input_contract,
+                  input_quant=TensorQuant(*input_quant),
+                  output_quant=TensorQuant(*output_quant), calibration=calibration,
+                  bn_sites_found=tuple(s.name for s in all_sites), sites=sites)
 
 
 def c_identifier(path: str) -> str:
@@ -95,7 +57,3 @@ def c_array_sources(tflite: bytes, name: str, command: str, model_sha256: str,
             + "\n".join(rows) + "\n};\n"
             f"const unsigned int g_{name}_model_len = {len(tflite)};\n")
   return header, source
-
-
-def manifest_json(manifest: dict) -> bytes:
-  return (json.dumps(manifest, indent=2) + "\n").encode()

@@ -10,7 +10,6 @@ Each pass reads and fills a few fields of `_Context`; recording BN targets
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 
@@ -18,6 +17,7 @@ from absl import logging
 import numpy as np
 
 from forge_tflm import tflite_graph as tg
+from forge_tflm.artifact import Manifest, manifest_path
 from forge_tflm.fileio import file_sha256, write_atomically
 from forge_tflm.converter import calibration as calib
 from forge_tflm.converter import insert, match, outputs
@@ -33,7 +33,7 @@ from forge_tflm.ops import RecalibOptions
 class ConversionResult:
   tflite: bytes
   plain_tflite: bytes  # The same int8 model without FORGE_RECALIB.
-  manifest: dict
+  manifest: Manifest
   written: tuple[str, ...]
   seconds: float
 
@@ -42,8 +42,9 @@ class ConversionResult:
 class _Context:
   source_path: str
   options: ConvertOptions
-  calibration_set: ImageSet
+  calibration: object  # ImageSet, uint8 array or iterable of images.
   command: str
+  calibration_source: str = ""
   frontend: object = None  # KerasFrontend or OnnxFrontend.
   sites_found: list[BNSite] = dataclasses.field(default_factory=list)
   sites: list[BNSite] = dataclasses.field(default_factory=list)
@@ -91,12 +92,37 @@ def _select(ctx: _Context) -> None:
     ctx.sites = [s for s in ctx.sites_found if s.name in chosen]
 
 
-def _calibration_inputs(ctx: _Context) -> None:
-  data = ctx.calibration_set
-  if data is None or len(data) == 0:
+def calibration_images(calibration) -> tuple[np.ndarray, str]:
+  """(uint8 [N,H,W,C] images, a description) from an ImageSet (labels unused), an
+  array, or any iterable of HxWxC images."""
+  if isinstance(calibration, ImageSet):
+    return calibration.images, calibration.source
+  if calibration is None:
     raise ConversionError("no calibration images")
-  chosen = data.random_subset(ctx.options.calibration_size, ctx.options.calibration_seed)
-  ctx.calib_inputs = ctx.options.input_contract.to_float(chosen.images)
+  if isinstance(calibration, np.ndarray):
+    images, source = calibration, "array"
+  else:
+    parts = [np.asarray(im) for im in calibration]
+    if not parts:
+      raise ConversionError("no calibration images")
+    if len({p.shape for p in parts}) != 1:
+      raise ConversionError("calibration images differ in shape")
+    images, source = np.stack(parts), "iterable"
+  if images.ndim != 4 or images.dtype != np.uint8:
+    raise ConversionError(f"calibration images must be uint8 [N, H, W, C], got"
+                          f" {images.dtype} {list(images.shape)}")
+  return images, f"{source} of {len(images)} images"
+
+
+def _calibration_inputs(ctx: _Context) -> None:
+  images, ctx.calibration_source = calibration_images(ctx.calibration)
+  if len(images) == 0:
+    raise ConversionError("no calibration images")
+  n = ctx.options.calibration_size
+  if n < len(images):  # The same draw as ImageSet.random_subset.
+    rng = np.random.default_rng(ctx.options.calibration_seed)
+    images = images[np.sort(rng.permutation(len(images))[:n])]
+  ctx.calib_inputs = ctx.options.input_contract.to_float(images)
   expected = tuple(ctx.frontend.input_shape)
   if tuple(ctx.calib_inputs.shape[1:]) != expected:
     raise ConversionError(f"calibration images are {ctx.calib_inputs.shape[1:]}, the model"
@@ -154,7 +180,7 @@ def _io_quant(model_t) -> tuple[tuple[float, int], tuple[float, int]]:
 
 def output_paths(output: str, c_array: bool, plain_output: str | None = None) -> dict:
   base = os.path.splitext(output)[0]
-  paths = {"tflite": output, "manifest": base + ".json"}
+  paths = {"tflite": output, "manifest": manifest_path(output)}
   if c_array:
     paths["c_header"] = base + "_model_data.h"
     paths["c_source"] = base + "_model_data.cc"
@@ -163,10 +189,13 @@ def output_paths(output: str, c_array: bool, plain_output: str | None = None) ->
   return paths
 
 
-def convert(source_path: str, output: str, calibration_set: ImageSet,
+def convert(source_path: str, output: str, calibration,
             options: ConvertOptions = ConvertOptions(), command: str = "",
             plain_output: str | None = None) -> ConversionResult:
   """Converts a float model into the deployable FORGE artifact and writes it.
+
+  `calibration`: the representative images, as an ImageSet (labels are not used),
+  a uint8 [N, H, W, C] array or any iterable of uint8 H x W x C images.
 
   Writes `output` (.tflite), the manifest `<output stem>.json`, optionally the C
   array (`<stem>_model_data.h/.cc`) and the plain int8 model. All files appear
@@ -182,7 +211,7 @@ def convert(source_path: str, output: str, calibration_set: ImageSet,
   for p in paths.values():
     if os.path.realpath(p) == src_real:
       raise ConversionError(f"output {p!r} would overwrite the input model")
-  ctx = _Context(source_path, options, calibration_set, command)
+  ctx = _Context(source_path, options, calibration, command)
   for step in PASSES:
     step(ctx)
 
@@ -192,14 +221,14 @@ def convert(source_path: str, output: str, calibration_set: ImageSet,
       frontend=ctx.frontend.name, options=options, all_sites=ctx.sites_found,
       inserted=ctx.inserted, input_quant=input_quant, output_quant=output_quant,
       command=command,
-      calibration={"images": int(len(ctx.calib_inputs)), "source": calibration_set.source,
+      calibration={"images": int(len(ctx.calib_inputs)), "source": ctx.calibration_source,
                    "seed": options.calibration_seed, "preact_range": options.preact_range})
-  files = {paths["tflite"]: ctx.tflite, paths["manifest"]: outputs.manifest_json(manifest)}
+  files = {paths["tflite"]: ctx.tflite, paths["manifest"]: manifest.dumps()}
   if options.c_array:
     name = outputs.c_identifier(output)
     header, source = outputs.c_array_sources(
         ctx.tflite, name, command or "forge_tflm.converter.convert(...)",
-        manifest["model_sha256"], os.path.basename(paths["c_header"]))
+        manifest.model_sha256, os.path.basename(paths["c_header"]))
     files[paths["c_header"]] = header.encode()
     files[paths["c_source"]] = source.encode()
   if plain_output:
@@ -207,5 +236,5 @@ def convert(source_path: str, output: str, calibration_set: ImageSet,
   write_atomically(files)
   seconds = time.time() - t0
   logging.info("wrote %s (%d FORGE sites, %d bytes state) in %.1f s", output,
-               manifest["totals"]["sites"], manifest["totals"]["state_bytes_sram"], seconds)
+               len(manifest.sites), manifest.state_bytes, seconds)
   return ConversionResult(ctx.tflite, ctx.plain_tflite, manifest, tuple(files), seconds)

@@ -2,12 +2,17 @@
 
 The public API, imported lazily so that `forge_tflm --help` stays fast:
 
-    convert, ConvertOptions, InputContract   float model -> FORGE .tflite + manifest
-    SegmentedModel                           run a FORGE .tflite in LiteRT
-    RecalibOptions, RecalibState, QuantParams, forge_recalib_c, forge_recalib_reference
-    load_dataset, ImageSet                   datasets
-    corrupt, CORRUPTIONS                     CIFAR-C / Tiny-ImageNet-C corruptions
-    EvalConfig, GateConfig, evaluate         the evaluation protocol
+    convert, ConvertOptions, ConversionError      float model -> FORGE .tflite + manifest
+    Artifact, Manifest, SiteRecord, InputContract the .tflite + manifest, typed
+    ArtifactError
+    SegmentedModel                                run a FORGE .tflite in LiteRT
+    RecalibOptions, RecalibOp, RecalibState,      the op: options, a prepared node,
+    QuantParams, forge_recalib_c,                 state, the C core and the numpy
+    forge_recalib_reference                       definition
+    load_dataset, ImageSet                        datasets
+    corrupt, CORRUPTIONS                          CIFAR-C / Tiny-ImageNet-C corruptions
+    evaluate, EvalConfig, GateConfig              the evaluation protocol
+    (forge_tflm.evaluation is the subpackage, forge_tflm.evaluate the function)
 """
 
 from __future__ import annotations
@@ -19,9 +24,15 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "convert": "forge_tflm.converter.pipeline",
     "ConvertOptions": "forge_tflm.converter.options",
-    "InputContract": "forge_tflm.converter.options",
+    "ConversionError": "forge_tflm.converter.sites",
+    "Artifact": "forge_tflm.artifact",
+    "ArtifactError": "forge_tflm.artifact",
+    "InputContract": "forge_tflm.artifact",
+    "Manifest": "forge_tflm.artifact",
+    "SiteRecord": "forge_tflm.artifact",
     "SegmentedModel": "forge_tflm.runtime.segmented",
     "RecalibOptions": "forge_tflm.ops",
+    "RecalibOp": "forge_tflm.ops",
     "RecalibState": "forge_tflm.ops",
     "QuantParams": "forge_tflm.ops",
     "forge_recalib_c": "forge_tflm.ops",
@@ -30,9 +41,9 @@ _EXPORTS = {
     "ImageSet": "forge_tflm.data",
     "corrupt": "forge_tflm.corruptions",
     "CORRUPTIONS": "forge_tflm.corruptions",
-    "EvalConfig": "forge_tflm.evaluate.protocol",
-    "GateConfig": "forge_tflm.evaluate.gate",
-    "evaluate": "forge_tflm.evaluate.protocol",
+    "EvalConfig": "forge_tflm.evaluation.protocol",
+    "GateConfig": "forge_tflm.evaluation.gate",
+    "evaluate": "forge_tflm.evaluation.protocol",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -68,7 +68,7 @@ def parse_sites(value: str):
 
 
 def input_contract(fv: flags.FlagValues):
-  from forge_tflm.converter.options import InputContract
+  from forge_tflm.artifact import InputContract
   if fv.input_mean or fv.input_std:
     return InputContract(kind="normalize",
                          mean=tuple(float(v) for v in fv.input_mean or ()),
@@ -93,8 +93,8 @@ def run(fv: flags.FlagValues, command: str) -> int:
   calibration = load_dataset(fv.dataset, fv.calibration_split, fv.data_dir)
   result = convert(fv.model, fv.output, calibration, options, command=command,
                    plain_output=fv.plain_output)
-  totals = result.manifest["totals"]
-  print(f"wrote {', '.join(result.written)}: {totals['sites']} FORGE sites,"
-        f" {totals['channels']} channels, {totals['state_bytes_sram']} B state (SRAM),"
-        f" {totals['target_bytes_flash']} B targets (flash), {result.seconds:.1f} s")
+  m = result.manifest
+  print(f"wrote {', '.join(result.written)}: {len(m.sites)} FORGE sites,"
+        f" {m.channels} channels, {m.state_bytes} B state (SRAM),"
+        f" {m.target_bytes} B targets (flash), {result.seconds:.1f} s")
   return 0

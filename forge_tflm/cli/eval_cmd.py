@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from absl import flags
 
-from forge_tflm.evaluate.gate import SIGNALS, GateConfig
-from forge_tflm.evaluate.protocol import ALL_METHODS
+from forge_tflm.evaluation.gate import SIGNALS, GateConfig
+from forge_tflm.evaluation.protocol import ALL_METHODS
 from forge_tflm.cli.recalib_flags import define_recalib_flags, recalib_flag_values
 
 
@@ -76,9 +76,9 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
 
 def run(fv: flags.FlagValues, command: str) -> int:
   from forge_tflm.data import load_dataset
-  from forge_tflm.evaluate import streams as st
-  from forge_tflm.evaluate.protocol import EvalConfig
-  from forge_tflm.evaluate.run import run_evaluation
+  from forge_tflm.evaluation import streams as st
+  from forge_tflm.evaluation.protocol import EvalConfig
+  from forge_tflm.evaluation.run import run_evaluation
 
   corruptions = fv.corruptions
   if corruptions == ["all"]:
@@ -113,6 +113,6 @@ def run(fv: flags.FlagValues, command: str) -> int:
                        keras_path=fv.keras_model, output_dir=fv.output_dir,
                        command=command, data_description=description,
                        clean_images=None if clean is None else clean.images)
-  from forge_tflm.evaluate.report import to_markdown
+  from forge_tflm.evaluation.report import to_markdown
   print(to_markdown(doc["results"], doc["gate"]))
   return 0

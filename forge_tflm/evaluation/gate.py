@@ -36,7 +36,7 @@ import dataclasses
 
 import numpy as np
 
-from forge_tflm.evaluate.int8_methods import Int8Method
+from forge_tflm.evaluation.int8_methods import Int8Method
 from forge_tflm.runtime.segmented import ADAPT, FROZEN
 
 DIVERSITY_GAIN = "diversity_gain"

@@ -14,9 +14,9 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from forge_tflm.evaluate.fp32_methods import FP32_METHODS
-from forge_tflm.evaluate.gate import GateConfig, GatedForge
-from forge_tflm.evaluate.int8_methods import INT8_METHODS
+from forge_tflm.evaluation.fp32_methods import FP32_METHODS
+from forge_tflm.evaluation.gate import GateConfig, GatedForge
+from forge_tflm.evaluation.int8_methods import INT8_METHODS
 from forge_tflm.ops import RecalibOptions
 
 INT8_NAMES = ("source", "forge", "forge-gated", "scale-adapt")
@@ -75,9 +75,9 @@ def run_stream(predict: Callable[[np.ndarray], np.ndarray], inputs: np.ndarray,
   return correct / len(order)
 
 
-def build_methods(config: EvalConfig, artifact: bytes | None, float_model, contract):
+def build_methods(config: EvalConfig, artifact, float_model, contract):
   """name -> method object; int8 methods each get their own SegmentedModel."""
-  from forge_tflm.evaluate.int8_methods import override_options
+  from forge_tflm.evaluation.int8_methods import override_options
   from forge_tflm.runtime.segmented import SegmentedModel
 
   methods = {}
@@ -85,7 +85,7 @@ def build_methods(config: EvalConfig, artifact: bytes | None, float_model, contr
     if name in INT8_NAMES:
       if artifact is None:
         raise ValueError(f"method {name} needs the int8 artifact (.tflite)")
-      model = SegmentedModel(artifact, config.kernels)
+      model = SegmentedModel.from_artifact(artifact, config.kernels)
       override_options(model, **config.option_overrides)
       methods[name] = (GatedForge(model, config.gate, config.batch_size)
                        if name == "forge-gated"
@@ -107,9 +107,12 @@ def _is_adaptive(name: str) -> bool:
   return _METHOD_CLASSES[name].adaptive
 
 
-def evaluate(config: EvalConfig, streams: Iterable[Stream], *, artifact: bytes | None,
+def evaluate(config: EvalConfig, streams: Iterable[Stream], *, artifact,
              float_model, contract, progress=None) -> dict:
   """Runs every method over every stream and ordering; returns raw results.
+
+  artifact: the int8 model (a forge_tflm.artifact.Artifact, or its bytes), or None
+  when only float methods run.
 
   Returns {"accuracy": {method: {stream: [acc per ordering]}},
            "gate": {stream: [fired per ordering]}, "gate_score": {...},

@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from forge_tflm.evaluate.protocol import SOURCE_OF
+from forge_tflm.evaluation.protocol import SOURCE_OF
 from forge_tflm.fileio import write_atomically
 
 

@@ -3,34 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-import os
 import time
 
 from absl import logging
 
-from forge_tflm.converter.options import InputContract
-from forge_tflm.evaluate import report
+from forge_tflm.artifact import Artifact, InputContract
+from forge_tflm.evaluation import report
 from forge_tflm.fileio import file_sha256
-from forge_tflm.evaluate.protocol import FP32_NAMES, EvalConfig, evaluate, images_to_run
-
-
-def manifest_for(artifact_path: str) -> dict | None:
-  path = os.path.splitext(artifact_path)[0] + ".json"
-  if not os.path.exists(path):
-    return None
-  with open(path) as f:
-    return json.load(f)
-
-
-def contract_from_manifest(manifest: dict | None) -> InputContract:
-  if not manifest:
-    return InputContract()
-  c = manifest["input"]["contract"]
-  if c["kind"] == "range":
-    return InputContract("range", low=c["low"], high=c["high"])
-  return InputContract("normalize", mean=tuple(c["mean"]), std=tuple(c["std"]))
+from forge_tflm.evaluation.protocol import FP32_NAMES, EvalConfig, evaluate, images_to_run
 
 
 def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | None,
@@ -44,22 +24,15 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
   """
   artifact = None
   meta: dict = {"command": command, "data": data_description}
-  manifest = None
   if artifact_path:
-    with open(artifact_path, "rb") as f:
-      artifact = f.read()
-    manifest = manifest_for(artifact_path)
-    meta["artifact"] = {"path": artifact_path,
-                        "sha256": hashlib.sha256(artifact).hexdigest()}
-    if manifest and manifest.get("model_sha256") != meta["artifact"]["sha256"]:
-      raise ValueError(f"manifest next to {artifact_path} is for another model (sha256"
-                       " mismatch)")
+    artifact = Artifact.load(artifact_path)
+    meta["artifact"] = {"path": artifact_path, "sha256": artifact.sha256}
   float_model = None
   if keras_path and any(m in FP32_NAMES for m in config.methods):
     import keras
     float_model = keras.saving.load_model(keras_path, compile=False)
     meta["float_model"] = {"path": keras_path, "sha256": file_sha256(keras_path)}
-  contract = contract_from_manifest(manifest)
+  contract = artifact.input_contract if artifact else InputContract()
   if "forge-gated" in config.methods and config.gate.needs_reference:
     config = _with_gate_reference(config, artifact, contract, clean_images)
   meta["config"] = _config_json(config)
@@ -88,16 +61,16 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
   return doc
 
 
-def _with_gate_reference(config: EvalConfig, artifact: bytes | None, contract,
+def _with_gate_reference(config: EvalConfig, artifact: Artifact | None, contract,
                          clean_images) -> EvalConfig:
-  from forge_tflm.evaluate.gate import clean_reference
+  from forge_tflm.evaluation.gate import clean_reference
   from forge_tflm.runtime.segmented import SegmentedModel
 
   if clean_images is None or artifact is None:
     raise ValueError("the confidence_drop gate needs the source's mean confidence on"
                      " clean data: pass --gate_reference, or evaluate generated"
                      " corruptions (their clean split gives it)")
-  model = SegmentedModel(artifact, config.kernels)
+  model = SegmentedModel.from_artifact(artifact, config.kernels)
   reference = clean_reference(model, model.quantize_input(contract.to_float(clean_images)))
   logging.info("gate reference: source mean top-1 confidence %.4f on %d clean images",
                reference, len(clean_images))

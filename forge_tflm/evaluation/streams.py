@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator, Sequence
 
 from forge_tflm.data.imageset import ImageSet
-from forge_tflm.evaluate.protocol import Stream
+from forge_tflm.evaluation.protocol import Stream
 
 
 def generated_streams(clean: ImageSet, corruptions: Sequence[str], severity: int,

@@ -8,8 +8,8 @@ import pytest
 
 from forge_tflm.ops import RecalibOptions
 from forge_tflm.converter.options import ConvertOptions
-from forge_tflm.evaluate.gate import SIGNALS, GateConfig, GatedForge
-from forge_tflm.evaluate.protocol import ordering, run_stream
+from forge_tflm.evaluation.gate import SIGNALS, GateConfig, GatedForge
+from forge_tflm.evaluation.protocol import ordering, run_stream
 from forge_tflm.runtime.segmented import SegmentedModel
 from tests.converter import tiny_models
 

@@ -8,7 +8,8 @@ import pytest
 
 from forge_tflm import tflite_graph as tg
 from forge_tflm.converter import frontend_onnx, match
-from forge_tflm.converter.options import ConvertOptions, InputContract
+from forge_tflm.artifact import InputContract
+from forge_tflm.converter.options import ConvertOptions
 from forge_tflm.converter.pipeline import convert
 from forge_tflm.converter.sites import ConversionError
 from forge_tflm.data.imageset import ImageSet
@@ -30,9 +31,9 @@ def test_sites_recovered(onnx_converted):
   src, expected, result = onnx_converted
   sites = frontend_onnx.find_onnx_sites(onnx.load(src))
   assert {s.name: (s.kind, s.activation, s.channels) for s in sites} == expected
-  assert {s["name"]: (s["kind"], s["activation"], s["channels"])
-          for s in result.manifest["sites"]} == expected
-  assert result.manifest["source"]["frontend"] == "onnx"
+  assert {s.name: (s.kind, s.options.activation, s.channels)
+          for s in result.manifest.sites} == expected
+  assert result.manifest.source["frontend"] == "onnx"
 
 
 def test_sites_map_to_the_right_convs(onnx_converted):
@@ -177,4 +178,4 @@ def test_pytorch_export_recipe_keeps_bn_and_converts(tmp_path):
   np.testing.assert_allclose(sites[0].beta, net.b1.bias.detach().numpy(), rtol=1e-6)
   calib = ImageSet(tiny_models.random_images(32), np.zeros(32, np.int64), ("x",), "gen")
   result = convert(path, str(tmp_path / "net_forge.tflite"), calib, ConvertOptions())
-  assert result.manifest["totals"]["sites"] == 2
+  assert len(result.manifest.sites) == 2

@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 from forge_tflm import tflite_graph as tg
+from forge_tflm.artifact import Artifact, InputContract, Manifest
 from forge_tflm.converter import match
-from forge_tflm.ops import RecalibOptions
-from forge_tflm.converter.options import ConvertOptions, InputContract
+from forge_tflm.converter.frontend_keras import find_keras_sites
+from forge_tflm.converter.options import ConvertOptions
 from forge_tflm.converter.pipeline import convert
 from forge_tflm.converter.sites import ConversionError
 from forge_tflm.data.imageset import ImageSet
-from forge_tflm.converter.frontend_keras import find_keras_sites
-from forge_tflm.ops import decode_options
+from forge_tflm.ops import RecalibOptions, decode_options
 from forge_tflm.runtime.segmented import SegmentedModel
 from tests.converter import tiny_models
 
@@ -41,21 +41,31 @@ def test_manifest_counts_and_state_bytes(converted):
   _, out, result = converted
   m = result.manifest
   with open(os.path.splitext(out)[0] + ".json") as f:
-    assert json.load(f) == m
-  assert m["totals"]["sites"] == 5
+    written = json.load(f)
+  assert written == m.to_json()
+  assert Manifest.from_json(written) == m  # The typed manifest round-trips.
+  assert written["totals"]["sites"] == len(m.sites) == 5
   channels = sum(c for _, _, c in tiny_models.TINY_SITES.values())
-  assert m["totals"]["channels"] == channels
-  assert m["totals"]["state_bytes_sram"] == 8 * channels
-  assert m["totals"]["target_bytes_flash"] == 8 * channels
-  assert {s["name"]: (s["kind"], s["activation"], s["channels"]) for s in m["sites"]} == \
+  assert written["totals"]["channels"] == m.channels == channels
+  assert written["totals"]["state_bytes_sram"] == m.state_bytes == 8 * channels
+  assert written["totals"]["target_bytes_flash"] == m.target_bytes == 8 * channels
+  assert {s.name: (s.kind, s.options.activation, s.channels) for s in m.sites} == \
       tiny_models.TINY_SITES
-  with open(out, "rb") as f:
-    data = f.read()
-  from forge_tflm.converter.outputs import sha256
-  assert m["model_sha256"] == sha256(data)
-  assert m["input"]["quantization"]["zero_point"] == -128
-  assert m["input"]["quantization"]["scale"] == pytest.approx(1 / 255, rel=1e-3)
-  assert m["input"]["contract"]["kind"] == "range"
+  artifact = Artifact.load(out, require_manifest=True)
+  assert artifact.manifest == m and m.model_sha256 == artifact.sha256
+  # Each site names its FORGE operator explicitly, and that op writes its tensor.
+  model = tg.load_model(artifact.model)
+  sg = model.subgraphs[0]
+  for s in m.sites:
+    op = sg.operators[s.op_index]
+    assert tg.op_name(model, op) == tg.FORGE_RECALIB
+    assert tg.tensor_name(sg.tensors[op.outputs[0]]) == s.output_tensor
+    assert tg.tensor_name(sg.tensors[op.inputs[0]]) == s.input_tensor
+  assert [n.name for n in SegmentedModel.from_artifact(artifact).nodes] == \
+      [s.name for s in m.sites]
+  assert m.input_quant.zero_point == -128
+  assert m.input_quant.scale == pytest.approx(1 / 255, rel=1e-3)
+  assert m.input_contract == InputContract()
 
 
 def test_graph_edit_changes_only_the_sites(converted):
@@ -81,11 +91,11 @@ def test_graph_edit_changes_only_the_sites(converted):
     if a.quantization is not None and a.quantization.scale is not None:
       np.testing.assert_array_equal(a.quantization.scale, b.quantization.scale)
   # Sites with no activation keep the conv's output quantization for T_pre.
-  for s in result.manifest["sites"]:
-    if s["activation"] == "none":
-      assert s["input_quantization"] == s["output_quantization"]
+  for s in result.manifest.sites:
+    if s.options.activation == "none":
+      assert s.input_quant == s.output_quant
     else:
-      assert s["input_quantization"]["zero_point"] > -128  # Negative values representable.
+      assert s.input_quant.zero_point > -128  # Negative values representable.
 
 
 def test_frozen_forge_agrees_with_plain_int8(converted):
@@ -130,12 +140,12 @@ def test_site_selection(tmp_path, converted):
   src, _, _ = converted
   r = convert(src, str(tmp_path / "two.tflite"), _calibration(16),
               ConvertOptions(sites=("b2_bn", "dw_bn"), recalib=RecalibOptions(momentum=0.1)))
-  assert [s["name"] for s in r.manifest["sites"]] == ["b2_bn", "dw_bn"]
-  assert r.manifest["sites"][0]["options"]["momentum"] == pytest.approx(0.1)
-  assert len(r.manifest["bn_sites_found"]) == 5
+  assert [s.name for s in r.manifest.sites] == ["b2_bn", "dw_bn"]
+  assert r.manifest.sites[0].options.momentum == pytest.approx(0.1)
+  assert len(r.manifest.bn_sites_found) == 5
   r = convert(src, str(tmp_path / "none.tflite"), _calibration(16),
               ConvertOptions(sites="none"))
-  assert r.manifest["totals"]["sites"] == 0 and r.tflite == r.plain_tflite
+  assert not r.manifest.sites and r.tflite == r.plain_tflite
 
 
 def _no_outputs(tmp_path, stem):

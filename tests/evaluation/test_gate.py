@@ -5,7 +5,7 @@ import numpy as np
 
 import pytest
 
-from forge_tflm.evaluate.gate import (CONFIDENCE_DROP, CONFIDENCE_GAIN, DIVERSITY_GAIN,
+from forge_tflm.evaluation.gate import (CONFIDENCE_DROP, CONFIDENCE_GAIN, DIVERSITY_GAIN,
                                       SIGNALS, GateConfig, GatedForge, ProbeStats,
                                       clean_reference, entropy, top1_confidence)
 
@@ -108,7 +108,7 @@ def test_probe_compares_against_the_source_not_the_adapted_state(tmp_path):
   # the source's and its adapted logits exactly ungated FORGE's, batch by batch.
   from forge_tflm.converter.options import ConvertOptions
   from forge_tflm.ops import RecalibOptions
-  from forge_tflm.evaluate.int8_methods import Forge, Source
+  from forge_tflm.evaluation.int8_methods import Forge, Source
   from forge_tflm.runtime.segmented import SegmentedModel
   from tests.converter import tiny_models
 
@@ -232,7 +232,7 @@ def test_gate_config_defaults_and_errors():
 def test_clean_reference_is_the_sources_mean_confidence(tmp_path):
   from forge_tflm.converter.options import ConvertOptions
   from forge_tflm.ops import RecalibOptions
-  from forge_tflm.evaluate.int8_methods import Source
+  from forge_tflm.evaluation.int8_methods import Source
   from forge_tflm.runtime.segmented import SegmentedModel
   from tests.converter import tiny_models
 

@@ -5,7 +5,7 @@ import types
 import numpy as np
 import pytest
 
-from forge_tflm.evaluate.int8_methods import _ScaleAdaptKernel
+from forge_tflm.evaluation.int8_methods import _ScaleAdaptKernel
 from forge_tflm.ops import QuantParams, RecalibOptions
 from forge_tflm.runtime.segmented import ADAPT, FROZEN
 

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 from forge_tflm.ops import RecalibOptions
-from forge_tflm.converter.options import ConvertOptions, InputContract
-from forge_tflm.evaluate import report
-from forge_tflm.evaluate.protocol import EvalConfig, Stream, evaluate, ordering
-from forge_tflm.evaluate.run import run_evaluation
+from forge_tflm.artifact import InputContract
+from forge_tflm.converter.options import ConvertOptions
+from forge_tflm.evaluation import report
+from forge_tflm.evaluation.protocol import EvalConfig, Stream, evaluate, ordering
+from forge_tflm.evaluation.run import run_evaluation
 from tests.converter import tiny_models
 
 
@@ -53,8 +54,8 @@ def test_state_is_reset_between_streams_and_orderings(artifact):
 def test_non_adaptive_methods_run_once_and_match_every_ordering(artifact):
   # evaluate() runs source once per stream and reuses it for every ordering; that
   # is only sound if a real run in another ordering gives the same accuracy.
-  from forge_tflm.evaluate.int8_methods import Source
-  from forge_tflm.evaluate.protocol import images_to_run, run_stream
+  from forge_tflm.evaluation.int8_methods import Source
+  from forge_tflm.evaluation.protocol import images_to_run, run_stream
   from forge_tflm.runtime.segmented import SegmentedModel
   _, path = artifact
   with open(path, "rb") as f:
@@ -92,7 +93,7 @@ def test_fp32_methods_restore_the_model(artifact):
 
 def test_tent_updates_bn_affine_and_reset_restores(artifact):
   import keras
-  from forge_tflm.evaluate.fp32_methods import Tent
+  from forge_tflm.evaluation.fp32_methods import Tent
   src, _ = artifact
   model = keras.saving.load_model(src)
   tent = Tent(model, InputContract())

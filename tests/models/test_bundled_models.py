@@ -35,7 +35,7 @@ def test_log_names_the_command_that_wrote_the_model(name):
 @functools.lru_cache(maxsize=1)
 def _cifar10_test(path):
   """The test split once per session, as the bundled models' float input."""
-  from forge_tflm.converter.options import InputContract  # pixels / 255, as the models were trained.
+  from forge_tflm.artifact import InputContract  # pixels / 255, as the models were trained.
   from forge_tflm.data import load_dataset
   test = load_dataset("cifar10", "test", path)
   return InputContract().to_float(test.images), test.labels

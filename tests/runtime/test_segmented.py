@@ -6,7 +6,8 @@ from ai_edge_litert import schema_py_generated as schema
 from ai_edge_litert.interpreter import Interpreter
 
 from forge_tflm import tflite_graph as tg
-from forge_tflm.converter.options import ConvertOptions, InputContract
+from forge_tflm.artifact import InputContract
+from forge_tflm.converter.options import ConvertOptions
 from forge_tflm.ops import forge_recalib_c
 from forge_tflm.runtime.segmented import KERNEL_MODES, SegmentedModel
 from tests.converter import tiny_models
