@@ -19,6 +19,7 @@ import numpy as np
 from forge_tflm import tflite_graph as tg
 from forge_tflm.artifact import Manifest, manifest_path
 from forge_tflm.fileio import file_sha256, write_atomically
+from forge_tflm.quiet import native_output_hidden
 from forge_tflm.converter import calibration as calib
 from forge_tflm.converter import insert, match, outputs
 from forge_tflm.converter.frontend_keras import KerasFrontend
@@ -131,7 +132,8 @@ def _calibration_inputs(ctx: _Context) -> None:
 
 def _quantize(ctx: _Context) -> None:
   t0 = time.time()
-  ctx.plain_tflite = ctx.frontend.quantize_int8(ctx.calib_inputs)
+  with native_output_hidden():  # TFLiteConverter's C++ prints straight to fd 1/2.
+    ctx.plain_tflite = ctx.frontend.quantize_int8(ctx.calib_inputs)
   logging.info("full-int8 conversion: %d bytes in %.1f s", len(ctx.plain_tflite),
                time.time() - t0)
   ctx.model_t = tg.load_model(ctx.plain_tflite)

@@ -1,4 +1,5 @@
-"""Convert a float Keras model into a full-int8 .tflite with FORGE_RECALIB.
+"""Convert a float Keras (.keras) or ONNX (.onnx) model into a full-int8 .tflite
+with FORGE_RECALIB.
 
 Finds every Conv->BN(->ReLU/ReLU6) site, converts to full int8 with
 TFLiteConverter (BN folded, per-channel weights, int8 input/output) calibrated on
@@ -18,7 +19,9 @@ from forge_tflm.cli.recalib_flags import define_recalib_flags, recalib_flag_valu
 def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
   from forge_tflm.converter.options import ConvertOptions
   d = ConvertOptions()
-  flags.DEFINE_string("model", None, "Float model (.keras).", flag_values=fv, required=True)
+  flags.DEFINE_string("model", None, "Float model: .keras, or .onnx with its"
+                      " BatchNormalization nodes kept (see README).", flag_values=fv,
+                      required=True)
   flags.DEFINE_string("output", None, "Output .tflite path.", flag_values=fv, required=True)
   flags.DEFINE_enum("dataset", "cifar10", ["cifar10", "cifar100", "tiny_imagenet"],
                     "Dataset of the calibration images.", flag_values=fv)
@@ -81,8 +84,6 @@ def input_contract(fv: flags.FlagValues):
 
 def run(fv: flags.FlagValues, command: str) -> int:
   from forge_tflm.converter.options import ConvertOptions
-  from forge_tflm.converter.pipeline import convert
-  from forge_tflm.data import load_dataset
 
   given = recalib_flag_values(fv)
   options = ConvertOptions(
@@ -90,6 +91,11 @@ def run(fv: flags.FlagValues, command: str) -> int:
       eps_from_bn="eps" not in given, input_contract=input_contract(fv),
       calibration_size=fv.calibration_size, preact_range=fv.preact_range,
       c_array=fv.c_array)
+  # Options are valid: only now load TensorFlow and the data.
+  from forge_tflm.quiet import import_quietly
+  import_quietly("tensorflow", "keras")
+  from forge_tflm.converter.pipeline import convert
+  from forge_tflm.data import load_dataset
   calibration = load_dataset(fv.dataset, fv.calibration_split, fv.data_dir)
   result = convert(fv.model, fv.output, calibration, options, command=command,
                    plain_output=fv.plain_output)

@@ -14,10 +14,13 @@ import sys
 
 from absl import flags, logging
 
+from forge_tflm.quiet import hide_framework_logs
+
 # name -> (module, one-line summary). Only subcommands that exist are listed.
 SUBCOMMANDS = {
     "convert": ("forge_tflm.cli.convert_cmd",
-                "float Keras model -> full-int8 .tflite with FORGE_RECALIB + manifest"),
+                "float Keras or ONNX model -> full-int8 .tflite with FORGE_RECALIB +"
+                " manifest"),
     "eval": ("forge_tflm.cli.eval_cmd",
              "stream corrupted images through the artifact and baselines; JSON/CSV/MD/PNG"),
     "train": ("forge_tflm.cli.train_cmd", "train a bundled Keras model on CIFAR/Tiny-ImageNet"),
@@ -54,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     return 2
   module = importlib.import_module(SUBCOMMANDS[name][0])
   flag_values = module.define_flags(flags.FlagValues())
+  flags.DEFINE_bool("verbose", False, "Also show TensorFlow's and LiteRT's internal"
+                    " logging (hidden by default).", flag_values=flag_values)
   sub_argv = [f"forge_tflm {name}"] + argv[2:]
   if any(a in ("-h", "--help", "--helpfull") for a in argv[2:]):
     print(f"usage: forge_tflm {name} [--flags]\n\n{module.__doc__.strip()}\n")
@@ -62,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
   try:
     _parse(flag_values, sub_argv)
+    hide_framework_logs(not flag_values.verbose)  # Before any TensorFlow import.
+    flags.FLAGS.mark_as_parsed()  # Our flags live in flag_values; absl logs anyway.
     logging.use_absl_handler()
     logging.set_verbosity(logging.INFO)
     command = "forge_tflm " + " ".join(shlex.quote(a) for a in argv[1:])

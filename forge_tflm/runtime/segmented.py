@@ -203,6 +203,22 @@ class SegmentedModel:
         self._direct[k] = self._steps[k + 1][1].inputs.index(step.output)
     self._forge_out: dict[tuple, np.ndarray] = {}  # (step, shape) -> reused y
 
+  @classmethod
+  def from_artifact(cls, artifact, kernels: str = "reference",
+                    **kwargs) -> "SegmentedModel":
+    """From a forge_tflm.artifact.Artifact (its nodes named by the manifest's
+    sites) or plain model bytes."""
+    if isinstance(artifact, (bytes, bytearray)):
+      return cls(bytes(artifact), kernels, **kwargs)
+    model = cls(artifact.model, kernels, site_names=artifact.site_names, **kwargs)
+    if artifact.manifest is not None:
+      recorded = {s.op_index for s in artifact.manifest.sites}
+      found = {n.op_index for n in model.nodes}
+      if recorded != found:
+        raise ValueError(f"{artifact.path}: the manifest's FORGE sites (ops"
+                         f" {sorted(recorded)}) are not the model's (ops {sorted(found)})")
+    return model
+
   def _host_node(self, model, i: int):
     sg = model.subgraphs[0]
     op = sg.operators[i]

@@ -2,6 +2,9 @@
 
 import json
 import os
+import re
+import subprocess
+import sys
 
 import pytest
 
@@ -76,3 +79,56 @@ def test_parse_sites():
   assert convert_cmd.parse_sites("a, b") == ("a", "b")
   with pytest.raises(ValueError):
     convert_cmd.parse_sites(" , ")
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--momentum=2"], "momentum must be a number in [0, 1]"),
+    (["--momentum=0.1", "--window=8"], "set at most one of momentum and window"),
+    (["--eps=-1"], "eps must be finite and > 0"),
+    (["--window=0"], "window must be in [1, 2^31-1]"),
+])
+def test_invalid_forge_option_fails_before_any_conversion_work(
+    setup, capsys, tmp_path, monkeypatch, extra, message):
+  """One line, exit 1, and neither TensorFlow, the data nor the converter touched."""
+  from forge_tflm import quiet
+  from forge_tflm.converter import pipeline
+  from forge_tflm import data
+
+  def must_not_run(*args, **kwargs):
+    raise AssertionError("conversion work started before the options were checked")
+
+  monkeypatch.setattr(quiet, "import_quietly", must_not_run)
+  monkeypatch.setattr(pipeline, "convert", must_not_run)
+  monkeypatch.setattr(data, "load_dataset", must_not_run)
+  d, src, data_dir = setup
+  code = cli.main(["forge_tflm", "convert", f"--model={src}",
+                   f"--output={tmp_path / 'x.tflite'}", f"--data_dir={data_dir}"] + extra)
+  err = capsys.readouterr().err
+  assert code == 1, err
+  assert err.count("\n") == 1 and message in err, err
+  assert not os.listdir(tmp_path)
+
+
+# TensorFlow's C++ log lines ("I0000 00:00:... reader.cc:83] Reading SavedModel...")
+# and the converter's own prints.
+_TF_NOISE = re.compile(r"^[IWE]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \w+\.cc:\d+\]|SavedModel|"
+                       r"fully_quantize|oneDNN", re.M)
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_tensorflow_logging_only_with_verbose(setup, tmp_path, verbose):
+  """In a fresh process, as a user runs it: the command's own lines only, unless
+  --verbose (which shows that the pattern does catch TensorFlow's logging)."""
+  d, src, data_dir = setup
+  out = tmp_path / "quiet.tflite"
+  argv = [sys.executable, "-m", "forge_tflm.cli.main", "convert", f"--model={src}",
+          f"--output={out}", f"--data_dir={data_dir}"] + (["--verbose"] if verbose else [])
+  env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+  r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert "5 FORGE sites" in r.stdout
+  noise = _TF_NOISE.findall(r.stdout + r.stderr)
+  if verbose:
+    assert noise, "--verbose should show TensorFlow's logging"
+  else:
+    assert not noise, r.stdout + r.stderr
