@@ -67,7 +67,7 @@ class _Tracer:
   def __init__(self, model, model_bytes: bytes):
     from ai_edge_litert.interpreter import Interpreter
 
-    from forge_tflm.ops import forge_recalib_c
+    from forge_tflm.deploy._compat import run_forge_node
     from forge_tflm.runtime import segmented
 
     self.model = model
@@ -75,7 +75,7 @@ class _Tracer:
     self._forge_out = {}
 
     def kernel(node, x, mode):
-      y = forge_recalib_c(x, node.state, node.options, node.quant, mode=mode)
+      y = run_forge_node(node, x, mode)
       self._forge_out[id(node)] = y
       return y
 

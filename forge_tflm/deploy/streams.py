@@ -35,7 +35,7 @@ def corrupted_stream(data_dir: str | None, corruption: str = "gaussian_noise",
   ordering(n, k, seed)); corruptions are cached on disk as the evaluator's are."""
   from forge_tflm.corruptions import corrupt_cached
   from forge_tflm.data import load_dataset
-  from forge_tflm.evaluate.protocol import ordering
+  from forge_tflm.deploy._compat import ordering
 
   clean = load_dataset(dataset, split, data_dir).random_subset(limit, seed)
   if corruption == "clean":
@@ -62,7 +62,7 @@ def model_input(artifact, images_uint8: np.ndarray, manifest: dict | None = None
 
   artifact: a .tflite path (its manifest is read from beside it) or bytes (then
   pass `manifest`, or the default contract pixel/255 applies)."""
-  from forge_tflm.evaluate.run import contract_from_manifest
+  from forge_tflm.deploy._compat import input_contract
   from forge_tflm.runtime.segmented import SegmentedModel
 
   if isinstance(artifact, (bytes, bytearray)):
@@ -72,7 +72,7 @@ def model_input(artifact, images_uint8: np.ndarray, manifest: dict | None = None
       model_bytes = f.read()
     if manifest is None:
       manifest = _manifest(artifact)
-  contract = contract_from_manifest(manifest)
+  contract = input_contract(manifest)
   model = SegmentedModel(model_bytes, "reference")
   return model.quantize_input(contract.to_float(np.asarray(images_uint8)))
 

@@ -1,0 +1,309 @@
+"""The application core (esp32s3_app/core) on x86 matches the host evaluator.
+
+Builds esp32s3_app/host twice from the third-party snapshots (tests/third_party.py):
+`reference` (TFLite-Micro 90b983c's reference kernels) and `esp_nn` (esp-tflite-micro's
+kernels/esp_nn/ adapters over ESP-NN's plain-C _ansi kernels: what an ESP32-S3 runs
+minus its assembly). Converts the bundled ResNet-20 three ways (FORGE at all 21
+sites, at 3 sites, plain int8 control), streams 200 gaussian_noise-5 CIFAR-10 test
+images (the evaluator's subset and order) at batch 1 through each binary with
+FORGE adapting, and compares, image by image, with forge_tflm.deploy.expected_outputs
+(the evaluator at batch 1 in reference kernel mode):
+
+  - every op's output checksum must match the evaluator's at every image, FORGE
+    ops included, except the final FULLY_CONNECTED;
+  - the final FULLY_CONNECTED output (the logits) must equal TFLM's two-step
+    requantization of the op's exact accumulator on the device side and LiteRT's
+    single-rounding one on the evaluator side (forge_tflm.deploy.rounding), so the
+    only tolerated difference is that documented rounding, at most 1 LSB.
+
+Objects and artifacts live in the build cache (cold: ~4-5 min of compiling on 2
+cores; warm: make only relinks nothing). Set FORGE_TFLM_DEPLOY_IMAGES to change the
+stream length (default 200).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import fcntl
+import glob
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tests import third_party
+from tests.conftest import REPO_ROOT, SHARED_DATASETS
+
+HOST_DIR = os.path.join(REPO_ROOT, "esp32s3_app", "host")
+MODEL = os.path.join(REPO_ROOT, "models", "resnet20_cifar10.keras")
+DATA_DIR = os.path.join(SHARED_DATASETS, "cifar10")
+N_IMAGES = int(os.environ.get("FORGE_TFLM_DEPLOY_IMAGES", "200"))
+TARGETS = ("reference", "esp_nn")
+ARTIFACTS = ("forge_all", "forge_3", "plain")
+TIMINGS: dict[str, float] = {}
+
+
+@contextlib.contextmanager
+def _locked(path):
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    yield
+
+
+def _timed(key):
+  class _T:
+    def __enter__(self):
+      self.t0 = time.time()
+
+    def __exit__(self, *exc):
+      TIMINGS[key] = round(time.time() - self.t0, 1)
+  return _T()
+
+
+# ---------------------------------------------------------------- artifacts
+
+def _converter_hash() -> str:
+  """Model bytes + converter sources: a converter change reconverts."""
+  h = hashlib.sha256()
+  with open(MODEL, "rb") as f:
+    h.update(f.read())
+  for path in sorted(glob.glob(os.path.join(REPO_ROOT, "converter", "*.py")) +
+                     glob.glob(os.path.join(REPO_ROOT, "forge_tflm", "ops", "*.py"))):
+    with open(path, "rb") as f:
+      h.update(path.encode() + f.read())
+  return h.hexdigest()[:16]
+
+
+def _convert(out_dir: str, args: list[str]) -> None:
+  cmd = [sys.executable, "-m", "forge_tflm.cli.main", "convert", f"--model={MODEL}",
+         f"--data_dir={DATA_DIR}"] + args
+  r = subprocess.run(["nice"] + cmd, capture_output=True, text=True, cwd=REPO_ROOT)
+  assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr[-4000:]}"
+
+
+@pytest.fixture(scope="session")
+def artifacts(tmp_path_factory) -> dict[str, str]:
+  """name -> .tflite path, converted once per (model, converter sources, options)."""
+  if not os.path.isdir(DATA_DIR):
+    pytest.skip(f"needs CIFAR-10 at {DATA_DIR}")
+  root = os.path.join(third_party.build_cache(), "deploy_artifacts", _converter_hash())
+  paths = {"forge_all": os.path.join(root, "r20_forge_all.tflite"),
+           "plain": os.path.join(root, "r20_int8.tflite"),
+           "forge_3": os.path.join(root, "r20_forge_3.tflite")}
+  with _locked(root + ".lock"), _timed("convert"), _dataset_cache(tmp_path_factory):
+    os.makedirs(root, exist_ok=True)
+    if not (os.path.exists(paths["forge_all"]) and os.path.exists(paths["plain"])):
+      _convert(root, [f"--output={paths['forge_all']}", f"--plain_output={paths['plain']}"])
+    if not os.path.exists(paths["forge_3"]):
+      with open(os.path.splitext(paths["forge_all"])[0] + ".json") as f:
+        sites = [s["name"] for s in json.load(f)["sites"]]
+      three = [sites[0], sites[len(sites) // 2], sites[-1]]
+      _convert(root, [f"--output={paths['forge_3']}", f"--sites={','.join(three)}"])
+  return paths
+
+
+@contextlib.contextmanager
+def _dataset_cache(tmp_path_factory):
+  """Decoded datasets go to the session's temp cache (as tests/conftest.py does)."""
+  with pytest.MonkeyPatch.context() as mp:
+    if "FORGE_TFLM_CACHE" not in os.environ:
+      mp.setenv("FORGE_TFLM_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+    yield
+
+
+# ------------------------------------------------------------------ binaries
+
+def _make(kernels: str, goals: list[str] = (), binary: str = "forge_app_host") -> str:
+  build = os.path.join(third_party.build_cache(), "esp32s3_host", kernels)
+  tflm = third_party.snapshot("tflite-micro")
+  esp_tflm = third_party.snapshot("esp-tflite-micro")
+  args = [f"KERNELS={kernels}", f"BUILD_DIR={build}",
+          f"THIRD_PARTY={os.path.join(esp_tflm, 'third_party')}"]
+  if kernels == "reference":
+    args.append(f"TFLM_DIR={tflm}")
+  else:
+    args += [f"TFLM_DIR={esp_tflm}", f"ESP_NN_DIR={third_party.snapshot('esp-nn')}"]
+  with _locked(build + ".lock"):
+    r = subprocess.run(["nice", "make", "-C", HOST_DIR, "-j2"] + list(goals) + args,
+                       capture_output=True, text=True)
+  assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
+  return os.path.join(build, binary)
+
+
+@pytest.fixture(scope="session")
+def binaries() -> dict[str, str]:
+  out = {}
+  with _timed("build"):
+    for k in TARGETS:
+      out[k] = _make(k)
+  return out
+
+
+# ---------------------------------------------------------- stream, expected
+
+@pytest.fixture(scope="session")
+def stream(tmp_path_factory):
+  from forge_tflm import deploy
+
+  if not os.path.isdir(DATA_DIR):
+    pytest.skip(f"needs CIFAR-10 at {DATA_DIR}")
+  with _dataset_cache(tmp_path_factory):
+    return deploy.corrupted_stream(DATA_DIR, "gaussian_noise", 5, limit=N_IMAGES,
+                                   cache_dir=str(tmp_path_factory.getbasetemp() / "corr"))
+
+
+@pytest.fixture(scope="session")
+def runs(artifacts, binaries, stream, tmp_path_factory):
+  """(target, artifact) -> (AppRun, ExpectedOutputs, FC inputs); device runs in parallel."""
+  from forge_tflm import deploy
+
+  work = tmp_path_factory.mktemp("deploy_runs")
+  inputs, expected = {}, {}
+  with _timed("expected"):
+    for name, path in artifacts.items():
+      x = deploy.model_input(path, stream.images)
+      inputs[name] = str(work / f"{name}.bin")
+      deploy.write_image_stream(inputs[name], x)
+      exp = deploy.expected_outputs(path, x, trace="all", keep_outputs=True)
+      # Keep only what the comparison needs: the final op's input per image.
+      fc_in = [outs[-2] for outs in exp.op_outputs]
+      exp.op_outputs = None
+      expected[name] = (exp, fc_in)
+
+  def run(target, name):
+    r = subprocess.run([binaries[target], artifacts[name], inputs[name],
+                        f"--images={N_IMAGES}", "--trace=all"],
+                       capture_output=True, text=True)
+    return target, name, r
+
+  out = {}
+  with _timed("device_runs"), concurrent.futures.ThreadPoolExecutor(2) as pool:
+    for target, name, r in pool.map(lambda a: run(*a),
+                                    [(t, a) for t in TARGETS for a in ARTIFACTS]):
+      assert r.returncode == 0, f"{target}/{name}: {r.stdout[-2000:]}{r.stderr[-2000:]}"
+      out[(target, name)] = (deploy.parse_app_output(r.stdout),) + expected[name]
+  return out
+
+
+# --------------------------------------------------------------------- tests
+
+def _compare(target, name, run, exp, fc_in, model_bytes):
+  """Returns (identical_images, per-image notes); asserts the parity rules."""
+  from forge_tflm.deploy import rounding
+
+  assert run.ok, run.errors
+  assert run.ops == exp.op_names
+  assert run.forge_ops == exp.forge_ops
+  assert run.logits.shape == exp.logits.shape == (N_IMAGES, 10)
+  last = len(exp.op_names) - 1
+  assert exp.op_names[last] == "FULLY_CONNECTED", exp.op_names[last]
+  problems, notes = [], []
+  # 1. Every op before the final FULLY_CONNECTED, FORGE included, bit-identical.
+  diff = run.op_checksums[:, :last] != exp.op_checksums[:, :last]
+  for n, k in zip(*np.nonzero(diff)):
+    problems.append(f"image {n}: op {k} ({exp.op_names[k]}) output differs")
+    if len(problems) > 20:
+      break
+  assert np.array_equal(run.forge_checksums, exp.forge_checksums) or problems, \
+      "FORGE checksums differ although every op checksum matched"
+  # 2. The final FC: device = two-step rounding, evaluator = single rounding.
+  for n in range(N_IMAGES):
+    if np.array_equal(run.logits[n], exp.logits[n]):
+      continue
+    fc = rounding.fc_outputs(model_bytes, last, fc_in[n])
+    for c in np.nonzero(run.logits[n] != exp.logits[n])[0]:
+      d = int(run.logits[n][c]) - int(exp.logits[n][c])
+      notes.append(f"{target}/{name} image {n}: FULLY_CONNECTED (op {last}) channel {c}: "
+                   f"device {run.logits[n][c]} vs evaluator {exp.logits[n][c]} ({d:+d} LSB), "
+                   f"exact {fc.exact[c]:.6f}")
+      if abs(d) > 1:
+        problems.append(notes[-1] + ": more than 1 LSB")
+    if not (np.array_equal(fc.double, run.logits[n]) and
+            np.array_equal(fc.single, exp.logits[n])):
+      problems.append(f"image {n}: FULLY_CONNECTED difference is not the documented "
+                      f"single/double rounding (device {run.logits[n].tolist()}, "
+                      f"evaluator {exp.logits[n].tolist()}, two-step {fc.double.tolist()}, "
+                      f"single {fc.single.tolist()})")
+  assert not problems, f"{target}/{name}:\n" + "\n".join(problems)
+  identical = int(np.sum(np.all(run.logits == exp.logits, axis=1)))
+  return identical, notes
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", ARTIFACTS)
+def test_device_matches_evaluator(runs, artifacts, target, name):
+  run, exp, fc_in = runs[(target, name)]
+  with open(artifacts[name], "rb") as f:
+    model_bytes = f.read()
+  identical, notes = _compare(target, name, run, exp, fc_in, model_bytes)
+  assert np.array_equal(run.predictions, np.argmax(run.logits, axis=1))
+  n_forge = {"forge_all": 21, "forge_3": 3, "plain": 0}[name]
+  assert len(run.forge_ops) == n_forge
+  if n_forge:
+    assert run.mem["forge_persistent"] > 8 * sum(1 for _ in run.forge_ops)
+  else:
+    assert run.mem["forge_persistent"] == 0 and run.mem["forge_scratch"] == 0
+  # Per-operator cost covers every op of every image.
+  assert [c["calls"] for c in run.cost] == [N_IMAGES] * len(run.ops)
+  print(f"\n{target}/{name}: {identical}/{N_IMAGES} images with identical logits; "
+        f"arena_used={run.mem['arena_used']} forge_persistent={run.mem['forge_persistent']} "
+        f"forge_scratch={run.mem['forge_scratch']}; "
+        f"{run.done['ticks'] and int(run.done['ticks']) / 1e6 / N_IMAGES:.1f} ms/image; "
+        f"timings {TIMINGS}")
+  for note in notes:
+    print("  " + note)
+
+
+def test_forge_state_and_accuracy_match_evaluator_protocol(stream, artifacts, tmp_path_factory):
+  """expected_outputs is the evaluator's `forge` method at batch 1 (same accuracy)."""
+  from forge_tflm import deploy
+  from forge_tflm.deploy import _compat
+
+  protocol = _compat.evaluation_module("protocol")
+
+  path = artifacts["forge_all"]
+  x = deploy.model_input(path, stream.images)
+  exp = deploy.expected_outputs(path, x, trace="none", keep_states=True)
+  # The evaluator shuffles with ordering(n, 0, seed): feeding it the stream in
+  # identity order would reshuffle, so give it the clean-subset order back.
+  inverse = np.argsort(stream.order)
+  with open(path, "rb") as f:
+    artifact = f.read()
+  with open(os.path.splitext(path)[0] + ".json") as f:
+    contract = _compat.input_contract(json.load(f))
+  raw = protocol.evaluate(
+      protocol.EvalConfig(methods=("forge",), batch_size=1, kernels="reference"),
+      [protocol.Stream("s", stream.images[inverse], stream.labels[inverse])],
+      artifact=artifact, float_model=None, contract=contract)
+  acc = raw["accuracy"]["forge"]["s"][0]
+  assert acc == pytest.approx(float(np.mean(exp.predictions == stream.labels)))
+  assert len(exp.states) == N_IMAGES and len(exp.states[-1]) == 21
+
+
+def test_embedded_arrays_run_like_files(tmp_path, artifacts, stream, runs):
+  """The C-array form a firmware compiles (write_c_arrays + ForgeAppConfig.images)
+  prints what the file-fed host binary printed for the same first images."""
+  from forge_tflm import deploy
+
+  n = 6
+  path = artifacts["forge_3"]
+  x = deploy.model_input(path, stream.images[:n])
+  header, source = deploy.write_c_arrays(str(tmp_path), path, x, stream.labels[:n])
+  text = open(source).read()
+  assert "alignas(16) const uint8_t forge_app_model[]" in text
+  assert f"forge_app_num_images = {n};" in text
+  binary = _make("reference", ["embedded", f"GEN_DIR={tmp_path}"], "forge_app_embedded")
+  r = subprocess.run([binary, "--trace=all"], capture_output=True, text=True)
+  assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+  embedded = deploy.parse_app_output(r.stdout)
+  from_file = runs[("reference", "forge_3")][0]
+  assert embedded.ok and len(embedded.predictions) == n
+  assert np.array_equal(embedded.logits, from_file.logits[:n])
+  assert np.array_equal(embedded.op_checksums, from_file.op_checksums[:n])
