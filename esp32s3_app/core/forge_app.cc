@@ -56,6 +56,16 @@ struct RunState {
   uint64_t event_start[kMaxOps] = {};
   size_t forge_persistent = 0;
   size_t forge_scratch = 0;
+  // FORGE state buffers, found in Prepare (see FindState): op data -> state.
+  uint32_t num_states = 0;
+  const void* state_owner[kMaxOps] = {};
+  const void* state_data[kMaxOps] = {};
+  size_t state_bytes[kMaxOps] = {};
+  uint32_t state_checksum[kMaxOps] = {};
+  // Persistent allocations of the FORGE Prepare in progress.
+  uint32_t num_recent = 0;
+  void* recent_ptr[4] = {};
+  size_t recent_bytes[4] = {};
   char line[kLineBytes];
 };
 
@@ -130,7 +140,12 @@ TfLiteStatus (*g_orig_scratch)(TfLiteContext*, size_t, int*) = nullptr;
 
 void* CountingPersistent(TfLiteContext* ctx, size_t bytes) {
   g_run.forge_persistent += bytes;
-  return g_orig_persistent(ctx, bytes);
+  void* p = g_orig_persistent(ctx, bytes);
+  if (g_run.num_recent < 4) {
+    g_run.recent_ptr[g_run.num_recent] = p;
+    g_run.recent_bytes[g_run.num_recent++] = bytes;
+  }
+  return p;
 }
 
 TfLiteStatus CountingScratch(TfLiteContext* ctx, size_t bytes, int* index) {
@@ -159,6 +174,8 @@ void ChecksumOutput(TfLiteContext* ctx, TfLiteNode* node, uint32_t op) {
   g_run.checksum[op] = ForgeAppChecksum(t->data.raw, bytes);
 }
 
+void ChecksumState(TfLiteNode* node, uint32_t op);  // below
+
 template <int kSlot>
 TfLiteStatus WrappedInvoke(TfLiteContext* ctx, TfLiteNode* node) {
   const uint32_t op = g_run.op_counter++;
@@ -169,6 +186,7 @@ TfLiteStatus WrappedInvoke(TfLiteContext* ctx, TfLiteNode* node) {
   if (op < kMaxOps && (g_run.trace == FORGE_APP_TRACE_ALL ||
                        (g_run.trace == FORGE_APP_TRACE_FORGE && forge))) {
     ChecksumOutput(ctx, node, op);
+    if (forge) ChecksumState(node, op);
   }
   return status;
 }
@@ -177,8 +195,44 @@ void* ForgeInit(TfLiteContext* ctx, const char* buffer, size_t length) {
   return Counted(ctx, [&]() { return g_slots[0].original.init(ctx, buffer, length); });
 }
 
+// The op's state (SPEC: float32 [mu_0..mu_{C-1}, var_0..var_{C-1}], 8*C bytes
+// of persistent arena) is the one persistent buffer of exactly 8*C bytes that
+// its Prepare allocates. Found that way (the kernel does not export it), the
+// state checksum is best effort: omitted when the match is not unique.
+void FindState(TfLiteContext* ctx, TfLiteNode* node) {
+  if (node->inputs == nullptr || node->inputs->size < 1) return;
+  const TfLiteEvalTensor* x = ctx->GetEvalTensor(ctx, node->inputs->data[0]);
+  if (x == nullptr || x->dims == nullptr || x->dims->size < 1) return;
+  const size_t want = 8u * static_cast<size_t>(x->dims->data[x->dims->size - 1]);
+  void* found = nullptr;
+  int matches = 0;
+  for (uint32_t i = 0; i < g_run.num_recent; ++i) {
+    if (g_run.recent_bytes[i] == want) {
+      found = g_run.recent_ptr[i];
+      ++matches;
+    }
+  }
+  if (matches != 1 || g_run.num_states >= static_cast<uint32_t>(kMaxOps)) return;
+  g_run.state_owner[g_run.num_states] = node->user_data;
+  g_run.state_data[g_run.num_states] = found;
+  g_run.state_bytes[g_run.num_states++] = want;
+}
+
 TfLiteStatus ForgePrepare(TfLiteContext* ctx, TfLiteNode* node) {
-  return Counted(ctx, [&]() { return g_slots[0].original.prepare(ctx, node); });
+  g_run.num_recent = 0;
+  const TfLiteStatus s =
+      Counted(ctx, [&]() { return g_slots[0].original.prepare(ctx, node); });
+  if (s == kTfLiteOk) FindState(ctx, node);
+  return s;
+}
+
+void ChecksumState(TfLiteNode* node, uint32_t op) {
+  for (uint32_t i = 0; i < g_run.num_states; ++i) {
+    if (g_run.state_owner[i] == node->user_data) {
+      g_run.state_checksum[op] = ForgeAppChecksum(g_run.state_data[i], g_run.state_bytes[i]);
+      return;
+    }
+  }
 }
 
 template <int kSlot>
@@ -365,6 +419,7 @@ int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) 
   g_run.trace = config.trace;
   g_run.in_invoke = false;
   g_run.forge_persistent = g_run.forge_scratch = 0;
+  g_run.num_states = 0;
   memset(g_run.cost, 0, sizeof(g_run.cost));
   memset(g_run.checksum, 0, sizeof(g_run.checksum));
 
@@ -484,6 +539,17 @@ int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) 
       for (uint32_t i = 0; i < g_run.num_ops; ++i) {
         if (!g_run.is_forge[i]) continue;
         line.Add(first ? "%08lx" : ",%08lx", static_cast<unsigned long>(g_run.checksum[i]));
+        first = false;
+      }
+    }
+    if ((config.trace == FORGE_APP_TRACE_FORGE || config.trace == FORGE_APP_TRACE_ALL) &&
+        num_forge > 0 && g_run.num_states == num_forge) {
+      line.Add(" state=");
+      bool first = true;
+      for (uint32_t i = 0; i < g_run.num_ops; ++i) {
+        if (!g_run.is_forge[i]) continue;
+        line.Add(first ? "%08lx" : ",%08lx",
+                 static_cast<unsigned long>(g_run.state_checksum[i]));
         first = false;
       }
     }

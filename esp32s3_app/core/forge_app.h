@@ -25,8 +25,11 @@
 //       input_bytes=N output=1x10 clock_hz=H mode=adapt|frozen trace=none|forge|all
 //   op index=i name=CONV_2D forge=0|1                       (K lines, model order)
 //   mem arena_size=A arena_used=U forge_persistent=P forge_scratch=S
-//   img index=n pred=c logits=l0,l1,... ticks=T [forge=h0,h1,...] [trace=h0,...]
-//       forge=: one checksum per FORGE op (trace>=forge); trace=: one per op (all)
+//   img index=n pred=c logits=l0,l1,... ticks=T [forge=h0,...] [state=h0,...]
+//       [trace=h0,...]   forge=: one checksum per FORGE op's output (trace>=forge);
+//       state=: per FORGE op, its float32 [mu..., var...] state after the image
+//       (trace>=forge; omitted if the state buffers could not be identified);
+//       trace=: one checksum per op's output (trace=all)
 //   cost index=i name=CONV_2D calls=n ticks=T               (per operator, summed)
 //   cost_type name=CONV_2D ops=k ticks=T                    (per operator type)
 //   done images=n status=ok|error ticks=T

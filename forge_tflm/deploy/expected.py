@@ -41,6 +41,7 @@ class ExpectedOutputs:
   op_checksums: np.ndarray | None = None   # uint32 [N, K] (trace="all")
   op_outputs: list | None = None           # [N][K] int8 arrays (keep_outputs)
   states: list | None = None               # [N][F] float32 [2C] after image n (keep_states)
+  state_checksums: np.ndarray | None = None  # uint32 [N, F] (trace != "none")
 
 
 def model_ops(model_bytes: bytes) -> list[str]:
@@ -134,7 +135,7 @@ def expected_outputs(artifact, inputs_int8: np.ndarray, *, mode: str = "adapt",
   if x.dtype != np.int8:
     raise ValueError(f"inputs must be int8 model input, got {x.dtype}")
   n_images = len(x)
-  logits, forge_sums, op_sums, outputs, states = [], [], [], [], []
+  logits, forge_sums, op_sums, outputs, states, state_sums = [], [], [], [], [], []
   for n in range(n_images):
     y = model.run(x[n:n + 1], mode=mode)
     logits.append(y.reshape(-1))
@@ -146,8 +147,12 @@ def expected_outputs(artifact, inputs_int8: np.ndarray, *, mode: str = "adapt",
         op_sums.append([checksum(o) for o in outs])
       if keep_outputs:
         outputs.append(outs)
-    if keep_states:
-      states.append(model.get_state())
+    if keep_states or trace != "none":
+      state = model.get_state()
+      if keep_states:
+        states.append(state)
+      if trace != "none":
+        state_sums.append([checksum(np.asarray(v, np.float32)) for v in state])
   logits = np.stack(logits).astype(np.int8) if logits else np.zeros((0, 0), np.int8)
   return ExpectedOutputs(
       logits=logits,
@@ -157,4 +162,6 @@ def expected_outputs(artifact, inputs_int8: np.ndarray, *, mode: str = "adapt",
       if trace in ("forge", "all") else np.zeros((n_images, 0), np.uint32),
       op_checksums=np.array(op_sums, np.uint32) if trace == "all" else None,
       op_outputs=outputs if keep_outputs else None,
-      states=states if keep_states else None)
+      states=states if keep_states else None,
+      state_checksums=np.array(state_sums, np.uint32).reshape(n_images, -1)
+      if trace != "none" else None)

@@ -37,6 +37,7 @@ class AppRun:
   ticks: np.ndarray               # per image
   forge_checksums: np.ndarray | None  # uint32 [N, F]
   op_checksums: np.ndarray | None     # uint32 [N, K]
+  state_checksums: np.ndarray | None  # uint32 [N, F]: FORGE state after each image
   cost: list[dict]                # per op: name, calls, ticks
   cost_type: dict[str, dict]      # name -> ops, ticks
   done: dict
@@ -53,7 +54,7 @@ class AppRun:
 
 def parse_app_output(text: str) -> AppRun:
   header, ops, forge_ops, mem, cost, cost_type, done, errors = {}, [], [], {}, [], {}, {}, []
-  logits, preds, ticks, fsums, osums = [], [], [], [], []
+  logits, preds, ticks, fsums, osums, ssums = [], [], [], [], [], []
   for line in text.splitlines():
     rec = _fields(line)
     if rec is None:
@@ -76,6 +77,8 @@ def parse_app_output(text: str) -> AppRun:
       ticks.append(int(f.get("ticks", 0)))
       if "forge" in f:
         fsums.append([int(v, 16) for v in f["forge"].split(",") if v])
+      if "state" in f:
+        ssums.append([int(v, 16) for v in f["state"].split(",") if v])
       if "trace" in f:
         osums.append([int(v, 16) for v in f["trace"].split(",") if v])
     elif kind == "cost":
@@ -93,4 +96,5 @@ def parse_app_output(text: str) -> AppRun:
       predictions=np.array(preds, np.int64), ticks=np.array(ticks, np.int64),
       forge_checksums=np.array(fsums, np.uint32).reshape(n, -1) if fsums else None,
       op_checksums=np.array(osums, np.uint32).reshape(n, -1) if osums else None,
+      state_checksums=np.array(ssums, np.uint32).reshape(n, -1) if ssums else None,
       cost=cost, cost_type=cost_type, done=done, errors=errors)

@@ -10,7 +10,8 @@ FORGE adapting, and compares, image by image, with forge_tflm.deploy.expected_ou
 (the evaluator at batch 1 in reference kernel mode):
 
   - every op's output checksum must match the evaluator's at every image, FORGE
-    ops included, except the final FULLY_CONNECTED;
+    ops included, except the final FULLY_CONNECTED, and so must every FORGE op's
+    float32 state (mu, var) after every image;
   - the final FULLY_CONNECTED output (the logits) must equal TFLM's two-step
     requantization of the op's exact accumulator on the device side and LiteRT's
     single-rounding one on the evaluator side (forge_tflm.deploy.rounding), so the
@@ -213,6 +214,13 @@ def _compare(target, name, run, exp, fc_in, model_bytes):
       break
   assert np.array_equal(run.forge_checksums, exp.forge_checksums) or problems, \
       "FORGE checksums differ although every op checksum matched"
+  # FORGE's float32 state after every image, bit for bit.
+  if exp.forge_ops:
+    assert run.state_checksums is not None, "the app did not find FORGE's state buffers"
+    for n, f in zip(*np.nonzero(run.state_checksums != exp.state_checksums)):
+      problems.append(f"image {n}: state of FORGE op {exp.forge_ops[f]} differs")
+      if len(problems) > 40:
+        break
   # 2. The final FC: device = two-step rounding, evaluator = single rounding.
   for n in range(N_IMAGES):
     if np.array_equal(run.logits[n], exp.logits[n]):
