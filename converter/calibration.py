@@ -14,7 +14,9 @@ import dataclasses
 
 import numpy as np
 
-from forge_tflm.converter.sites import BNSite
+from forge_tflm import tflite_graph as tg
+from forge_tflm.converter.sites import BNSite, ConversionError
+from forge_tflm.data.imageset import ImageSet
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,16 +76,6 @@ def range_stats(parts_by_site: dict[str, list[np.ndarray]], keep: int = 200_000,
   return stats
 
 
-def int8_params(low: float, high: float) -> tuple[float, int]:
-  """TFLite's asymmetric int8 (scale, zero point) for a range that includes 0."""
-  low, high = min(low, 0.0), max(high, 0.0)
-  if high - low < 1e-8:
-    high = low + 1e-8
-  scale = (high - low) / 255.0
-  zero_point = int(np.clip(np.round(-128 - low / scale), -128, 127))
-  return float(scale), zero_point
-
-
 def preact_params(stats: RangeStats, method: str) -> tuple[float, int, float]:
   """(scale, zero point, saturated fraction of the calibration values) for a site."""
   if method == "minmax":
@@ -92,7 +84,29 @@ def preact_params(stats: RangeStats, method: str) -> tuple[float, int, float]:
     p = float(method.split(":")[1])
     low = float(np.percentile(stats.values, 100.0 - p))
     high = float(np.percentile(stats.values, p))
-  scale, zp = int8_params(low, high)
+  scale, zp = tg.int8_params(low, high)
   q = np.round(stats.values / scale) + zp
   saturated = float(np.mean((q < -128) | (q > 127))) if q.size else 0.0
   return scale, zp, saturated
+
+
+def calibration_images(calibration) -> tuple[np.ndarray, str]:
+  """(uint8 [N,H,W,C] images, a description) from an ImageSet (labels unused), an
+  array, or any iterable of HxWxC images."""
+  if isinstance(calibration, ImageSet):
+    return calibration.images, calibration.source
+  if calibration is None:
+    raise ConversionError("no calibration images")
+  if isinstance(calibration, np.ndarray):
+    images, source = calibration, "array"
+  else:
+    parts = [np.asarray(im) for im in calibration]
+    if not parts:
+      raise ConversionError("no calibration images")
+    if len({p.shape for p in parts}) != 1:
+      raise ConversionError("calibration images differ in shape")
+    images, source = np.stack(parts), "iterable"
+  if images.ndim != 4 or images.dtype != np.uint8:
+    raise ConversionError(f"calibration images must be uint8 [N, H, W, C], got"
+                          f" {images.dtype} {list(images.shape)}")
+  return images, f"{source} of {len(images)} images"

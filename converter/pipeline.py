@@ -1,10 +1,13 @@
 """`convert`: the converter as an ordered list of small passes over one context.
 
-    load -> find sites -> select -> calibration inputs -> int8 conversion ->
-    match convs -> pre-activation ranges -> insert FORGE_RECALIB -> outputs
+    load (frontend_keras / frontend_onnx) -> find sites (the frontend) ->
+    select (select.py) -> calibration inputs (calibration.py) -> int8 conversion
+    (quantize.py) -> match convs (match.py) -> pre-activation ranges
+    (calibration.py) -> insert FORGE_RECALIB (insert.py) -> outputs (outputs.py)
 
-Each pass reads and fills a few fields of `_Context`; recording BN targets
-(find sites) is separate from rewriting the graph (insert).
+Each pass reads and fills a few fields of `_Context` and calls one module, which is
+unit-tested on its own; recording BN targets (find sites) is separate from
+rewriting the graph (insert).
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ from forge_tflm.converter import insert, match, outputs
 from forge_tflm.converter.frontend_keras import KerasFrontend
 from forge_tflm.converter.frontend_onnx import OnnxFrontend
 from forge_tflm.converter.options import ConvertOptions
+from forge_tflm.converter.select import select_sites
 from forge_tflm.converter.sites import BNSite, ConversionError
-from forge_tflm.data.imageset import ImageSet
 from forge_tflm.ops import RecalibOptions
 
 
@@ -78,45 +81,11 @@ def _find_sites(ctx: _Context) -> None:
 
 
 def _select(ctx: _Context) -> None:
-  wanted = ctx.options.sites
-  if wanted == "all":
-    ctx.sites = list(ctx.sites_found)
-  elif wanted == "none":
-    ctx.sites = []
-  else:
-    by_name = {s.name: s for s in ctx.sites_found}
-    unknown = [n for n in wanted if n not in by_name]
-    if unknown:
-      raise ConversionError(f"unknown site(s) {', '.join(unknown)}; the model's sites are:"
-                            f" {', '.join(by_name)}")
-    chosen = set(wanted)
-    ctx.sites = [s for s in ctx.sites_found if s.name in chosen]
-
-
-def calibration_images(calibration) -> tuple[np.ndarray, str]:
-  """(uint8 [N,H,W,C] images, a description) from an ImageSet (labels unused), an
-  array, or any iterable of HxWxC images."""
-  if isinstance(calibration, ImageSet):
-    return calibration.images, calibration.source
-  if calibration is None:
-    raise ConversionError("no calibration images")
-  if isinstance(calibration, np.ndarray):
-    images, source = calibration, "array"
-  else:
-    parts = [np.asarray(im) for im in calibration]
-    if not parts:
-      raise ConversionError("no calibration images")
-    if len({p.shape for p in parts}) != 1:
-      raise ConversionError("calibration images differ in shape")
-    images, source = np.stack(parts), "iterable"
-  if images.ndim != 4 or images.dtype != np.uint8:
-    raise ConversionError(f"calibration images must be uint8 [N, H, W, C], got"
-                          f" {images.dtype} {list(images.shape)}")
-  return images, f"{source} of {len(images)} images"
+  ctx.sites = select_sites(ctx.sites_found, ctx.options.sites)
 
 
 def _calibration_inputs(ctx: _Context) -> None:
-  images, ctx.calibration_source = calibration_images(ctx.calibration)
+  images, ctx.calibration_source = calib.calibration_images(ctx.calibration)
   if len(images) == 0:
     raise ConversionError("no calibration images")
   n = ctx.options.calibration_size

@@ -119,3 +119,14 @@ def make_quant(scale: float, zero_point: int) -> "schema.QuantizationParametersT
   q.scale = [float(scale)]
   q.zeroPoint = [int(zero_point)]
   return q
+
+
+def int8_params(low: float, high: float) -> tuple[float, int]:
+  """TFLite's asymmetric int8 (scale, zero point) for [low, high] widened to hold 0
+  (the one formula: converter ranges and the scale-adapt baseline both use it)."""
+  low, high = min(low, 0.0), max(high, 0.0)
+  if high - low < 1e-8:
+    high = low + 1e-8
+  scale = (high - low) / 255.0
+  zero_point = int(np.clip(np.round(-128 - low / scale), -128, 127))
+  return float(scale), zero_point

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from forge_tflm import tflite_graph as tg
 from forge_tflm.ops import ACTIVATIONS
 from forge_tflm.runtime.segmented import ADAPT, FROZEN, ForgeNode, SegmentedModel
 
@@ -82,8 +83,7 @@ class _ScaleAdaptKernel:
     """int8 pre-activation -> int8 output on the current [low, high] grid."""
     q = self.node.quant
     real = q.s_x * (x.astype(np.float64) - q.z_x)
-    scale = max(self.high - self.low, 1e-12) / 255.0
-    zp = np.clip(np.round(-128 - self.low / scale), -128, 127)
+    scale, zp = tg.int8_params(self.low, self.high)
     fq = (np.clip(np.round(real / scale) + zp, -128, 127) - zp) * scale
     act = ACTIVATIONS[self.node.options.activation]
     fq = np.clip(fq, act.low, act.high)
