@@ -62,8 +62,9 @@ def main(argv: list[str] | None = None) -> int:
   sub_argv = [f"forge_tflm {name}"] + argv[2:]
   if any(a in ("-h", "--help", "--helpfull") for a in argv[2:]):
     print(f"usage: forge_tflm {name} [--flags]\n\n{module.__doc__.strip()}\n")
-    print(flag_values.main_module_help() if flag_values.main_module_help()
-          else flag_values.get_help())
+    # All of the subcommand's flags (main_module_help() would show only those of
+    # whichever module runs as __main__, e.g. this one under `python -m`).
+    print(flag_values.get_help())
     return 0
   try:
     _parse(flag_values, sub_argv)

@@ -54,3 +54,13 @@ def test_module_entry_point():
   result = subprocess.run([sys.executable, "-m", "forge_tflm.cli.main", "--help"],
                           capture_output=True, text=True, check=False)
   assert result.returncode == 0 and "subcommands" in result.stdout
+
+
+def test_subcommand_help_lists_its_flags_under_python_m():
+  # absl's main_module_help() showed only the flags of the module run as __main__
+  # (forge_tflm.cli.main's --verbose), hiding every subcommand flag.
+  result = subprocess.run([sys.executable, "-m", "forge_tflm.cli.main", "convert",
+                           "--help"], capture_output=True, text=True, check=False)
+  assert result.returncode == 0, result.stderr
+  for flag in ("--model", "--window", "--momentum", "--eps", "--variance", "verbose"):
+    assert flag in result.stdout, flag

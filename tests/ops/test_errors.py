@@ -5,6 +5,7 @@ binding and also calling the raw entry point with arguments the Python layer
 would have rejected, so the C core's own validation is exercised).
 """
 
+import dataclasses
 import math
 
 import numpy as np
@@ -154,9 +155,9 @@ def test_c_core_validation_raises_and_writes_nothing(overrides):
   C core's own validation is reached with values RecalibOptions would refuse."""
   from types import SimpleNamespace
   from forge_tflm.ops import _forge_recalib_core as core
-  args = dict(momentum=0.1, window=None, eps=1e-5, activation="none",
-              variance="running", s_x=0.05, z_x=0, s_y=0.05, z_y=0, mode=0, path=0,
-              variant=0, c=3, x_shape=(2, 2, 2, 3))
+  fields = dataclasses.asdict(ops.RecalibOptions(momentum=0.1))
+  args = dict(fields, s_x=0.05, z_x=0, s_y=0.05, z_y=0, mode=0, path=0, variant=0, c=3,
+              x_shape=(2, 2, 2, 3))
   args.update(overrides)
   c = args["c"]
   beta, gamma = np.zeros(c, np.float32), np.ones(c, np.float32)
@@ -164,8 +165,7 @@ def test_c_core_validation_raises_and_writes_nothing(overrides):
   x = np.zeros(args["x_shape"], np.int8)
   y = np.full(x.shape, 7, np.int8)
   before = state.copy()
-  opts = SimpleNamespace(**{k: args[k] for k in ("momentum", "window", "eps",
-                                                 "activation", "variance")})
+  opts = SimpleNamespace(**{k: args[k] for k in fields})
   with pytest.raises(ValueError, match=r"\S"):
     node = core.Prepared(opts, args["s_x"], args["z_x"], args["s_y"], args["z_y"],
                          beta, gamma)
