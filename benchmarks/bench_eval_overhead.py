@@ -67,6 +67,33 @@ def timed_interleaved(fns, x: np.ndarray, batch: int) -> list[float]:
   return totals
 
 
+def binding_overhead(forge: SegmentedModel, batch: np.ndarray, reps: int = 200):
+  """Per-call cost of the Python binding: each node's `RecalibOp` called from a
+  Python loop minus the same calls timed in a C loop (RecalibOp.bench), on the
+  tensors one batch gives that node. Returns (us per call, us per batch)."""
+  captured = []
+
+  def capture(node, x, mode):
+    captured.append((node, x.copy()))
+    return node.op(x, mode=mode)
+
+  forge.forge_kernel = capture
+  forge.run(batch, mode="frozen")
+  forge.forge_kernel = None
+  per_call = []
+  for node, x in captured:
+    out = np.empty_like(x)
+    c_ns = min(node.op.bench(x, reps, mode="frozen") for _ in range(3))
+    py = []
+    for _ in range(3):
+      t0 = time.perf_counter_ns()
+      for _ in range(reps):
+        node.op(x, mode="frozen", out=out)
+      py.append((time.perf_counter_ns() - t0) / reps)
+    per_call.append(max(min(py) - c_ns, 0.0) / 1e3)
+  return float(np.median(per_call)), float(np.sum(per_call))
+
+
 def main():
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--artifact", required=True)
@@ -103,6 +130,12 @@ def main():
           f" {1e3 * tf / n:.3f} ms/img, ratio {tf / tp:.3f} ({n} images, batch"
           f" {args.batch_size}, best of {args.repeats}, {forge.num_threads} thread(s)"
           f" each, C core {c_core_variant()})")
+    if kernels == "optimized":
+      call_us, batch_us = binding_overhead(forge, x[:args.batch_size])
+      print(f"binding  : {call_us:.2f} us per FORGE call above the C loop (median of"
+            f" {len(forge.nodes)} nodes), {batch_us:.1f} us per batch of"
+            f" {args.batch_size} = {batch_us / (1e6 * tf / n * args.batch_size):.1%}"
+            f" of the FORGE eval batch")
   if args.full_pass:
     from forge_tflm.corruptions import CORRUPTIONS, corrupt_cached
     forge = SegmentedModel(forge_bytes, "optimized")

@@ -10,12 +10,13 @@ tree; later runs (and later tests in the same run) reuse it. Nothing lands in th
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import shutil
 import tarfile
 
 import pytest
+
+from forge_tflm.fileio import file_sha256
 
 from tests.conftest import REPO_ROOT
 
@@ -39,14 +40,6 @@ def build_cache() -> str:
       os.path.expanduser("~"), ".cache", "forge_tflm", "build"))
   os.makedirs(path, exist_ok=True)
   return path
-
-
-def _sha256(path: str) -> str:
-  h = hashlib.sha256()
-  with open(path, "rb") as f:
-    for chunk in iter(lambda: f.read(1 << 20), b""):
-      h.update(chunk)
-  return h.hexdigest()
 
 
 def _expected_sha256(tarball: str) -> str | None:
@@ -79,7 +72,7 @@ def snapshot(name: str) -> str:
     if os.path.isdir(tree):
       return tree
     expected = _expected_sha256(tarball)
-    if expected is not None and _sha256(src) != expected:
+    if expected is not None and file_sha256(src) != expected:
       raise RuntimeError(f"{src} does not match its SHA256SUMS entry")
     tmp = dest + ".partial"
     shutil.rmtree(tmp, ignore_errors=True)

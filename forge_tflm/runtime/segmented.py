@@ -29,6 +29,7 @@ from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 from forge_tflm import tflite_graph as tg
 from forge_tflm.ops import QuantParams, RecalibOp, RecalibOptions, decode_options
+from forge_tflm.quiet import native_output_hidden
 
 KERNEL_MODES = {"reference": OpResolverType.BUILTIN_REF, "optimized": OpResolverType.AUTO}
 ADAPT, FROZEN = "adapt", "frozen"
@@ -262,9 +263,10 @@ class SegmentedModel:
     batch = shapes[0][0] if shapes else 1
     bound = seg.interpreters.get(batch)
     if bound is None:
-      it = Interpreter(model_content=seg.model_bytes, num_threads=self.num_threads,
-                       experimental_op_resolver_type=KERNEL_MODES[self.kernels],
-                       experimental_preserve_all_tensors=False)
+      with native_output_hidden():  # LiteRT's C++ logs its delegate to stderr.
+        it = Interpreter(model_content=seg.model_bytes, num_threads=self.num_threads,
+                         experimental_op_resolver_type=KERNEL_MODES[self.kernels],
+                         experimental_preserve_all_tensors=False)
       ins = [d["index"] for d in it.get_input_details()]
       for i, shape in zip(ins, shapes):
         it.resize_tensor_input(i, list(shape), strict=False)
