@@ -17,9 +17,6 @@ def first_line(error: BaseException) -> str:
   return text.splitlines()[0] if text else type(error).__name__
 
 
-ACTIVATIONS = ("none", "relu", "relu6")
-
-
 @dataclasses.dataclass(frozen=True)
 class BNSite:
   """One former Conv->BN(->activation) site of a float model.
@@ -28,7 +25,7 @@ class BNSite:
     name: stable site name (the BN layer's path, e.g. "stage1_block1_1_bn").
     conv: path of the convolution feeding the BN.
     kind: "conv" or "depthwise".
-    activation: activation fused after the BN ("none", "relu", "relu6").
+    activation: activation fused after the BN (a name of forge_tflm.ops.ACTIVATIONS).
     beta: BN offset [C], the clean per-channel mean target.
     gamma_abs: |BN scale| [C], the clean per-channel std target.
     eps: BN epsilon.

@@ -92,6 +92,9 @@ def run(fv: flags.FlagValues, command: str) -> int:
       option_overrides=recalib_flag_values(fv))
   if not fv.artifact and not fv.keras_model:
     raise ValueError("give --artifact and/or --keras_model")
+  if fv.keras_model:  # Loaded for the float methods; keep TensorFlow's import quiet.
+    from forge_tflm.quiet import import_quietly
+    import_quietly("tensorflow", "keras")
   limit = fv.limit or None
   clean = None
   if fv.corrupted_from == "generated":

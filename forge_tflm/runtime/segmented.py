@@ -267,10 +267,10 @@ class SegmentedModel:
         it = Interpreter(model_content=seg.model_bytes, num_threads=self.num_threads,
                          experimental_op_resolver_type=KERNEL_MODES[self.kernels],
                          experimental_preserve_all_tensors=False)
-      ins = [d["index"] for d in it.get_input_details()]
-      for i, shape in zip(ins, shapes):
-        it.resize_tensor_input(i, list(shape), strict=False)
-      it.allocate_tensors()
+        ins = [d["index"] for d in it.get_input_details()]
+        for i, shape in zip(ins, shapes):
+          it.resize_tensor_input(i, list(shape), strict=False)
+        it.allocate_tensors()
       bound = _Bound(it, ins, [d["index"] for d in it.get_output_details()])
       seg.interpreters[batch] = bound
     return bound

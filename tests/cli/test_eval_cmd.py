@@ -90,3 +90,24 @@ def test_eval_drop_gate_without_clean_data_needs_a_reference(setup, capsys, tmp_
   assert cli.main(args + ["--gate_reference=0.9"]) == 0, capsys.readouterr().err
   doc = json.loads((tmp_path / "eval" / "results.json").read_text())
   assert doc["config"]["gate"]["reference"] == 0.9
+
+
+def test_eval_prints_no_framework_logging(setup, tmp_path):
+  """A fresh process, as a user runs it, with the float model too: no TensorFlow or
+  LiteRT log lines (LiteRT's "Created TensorFlow Lite XNNPACK delegate" included)."""
+  import os
+  import re
+  import subprocess
+  import sys
+  d, src, data_dir = setup
+  argv = [sys.executable, "-m", "forge_tflm.cli.main", "eval",
+          f"--artifact={d / 'tiny.tflite'}", f"--keras_model={src}",
+          f"--data_dir={data_dir}", "--methods=source,forge,bn-adapt",
+          "--corruptions=fog", "--batch_size=4", f"--output_dir={tmp_path / 'e'}"]
+  env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+  r = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  noise = re.findall(r"^[IWE]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \w+\.cc:\d+\]|XNNPACK|oneDNN",
+                     r.stdout + r.stderr, re.M)
+  assert not noise, r.stderr[-3000:]
+  assert "| fog" in r.stdout
