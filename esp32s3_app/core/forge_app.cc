@@ -81,6 +81,21 @@ void Marker(int what, int begin, uint32_t index) {
   if (p != nullptr && p->marker != nullptr) p->marker(p->user, what, begin, index);
 }
 
+// uint64 -> decimal without printf's %llu (newlib-nano's printf lacks it).
+struct U64 {
+  explicit U64(uint64_t v) {
+    char tmp[24];
+    int n = 0;
+    do {
+      tmp[n++] = static_cast<char>('0' + v % 10);
+      v /= 10;
+    } while (v != 0);
+    for (int i = 0; i < n; ++i) s[i] = tmp[n - 1 - i];
+    s[n] = '\0';
+  }
+  char s[24];
+};
+
 // Appends to g_run.line (always NUL-terminated, truncated when full).
 class Line {
  public:
@@ -470,8 +485,8 @@ int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) 
     line.Add(" input_bytes=%lu output=", static_cast<unsigned long>(input_bytes));
     AddShape(&line, output);
     static const char* const kTraceNames[] = {"none", "forge", "all"};
-    line.Add(" clock_hz=%llu mode=%s trace=%s",
-             static_cast<unsigned long long>(platform.clock_hz),
+    line.Add(" clock_hz=%s mode=%s trace=%s",
+             U64(platform.clock_hz).s,
              config.adapt ? "adapt" : "frozen",
              kTraceNames[config.trace < 0 || config.trace > 2 ? 0 : config.trace]);
     line.Emit();
@@ -532,7 +547,7 @@ int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) 
       line.Add(" logits=");
       for (size_t c = 0; c < num_classes; ++c) line.Add(c ? ",%d" : "%d", logits[c]);
     }
-    line.Add(" ticks=%llu", static_cast<unsigned long long>(ticks));
+    line.Add(" ticks=%s", U64(ticks).s);
     if (config.trace == FORGE_APP_TRACE_FORGE || config.trace == FORGE_APP_TRACE_ALL) {
       line.Add(" forge=");
       bool first = true;
@@ -565,9 +580,9 @@ int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) 
   // Per-operator and per-type cost (summed over the images that ran).
   for (uint32_t i = 0; i < g_run.num_ops; ++i) {
     Line line;
-    line.Add("cost index=%lu name=%s calls=%lu ticks=%llu", static_cast<unsigned long>(i),
+    line.Add("cost index=%lu name=%s calls=%lu ticks=%s", static_cast<unsigned long>(i),
              OpName(model, ops->Get(i)), static_cast<unsigned long>(g_run.cost[i].calls),
-             static_cast<unsigned long long>(g_run.cost[i].ticks));
+             U64(g_run.cost[i].ticks).s);
     line.Emit();
   }
   for (uint32_t i = 0; i < g_run.num_ops; ++i) {
@@ -584,13 +599,13 @@ int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) 
       }
     }
     Line line;
-    line.Add("cost_type name=%s ops=%lu ticks=%llu", name, static_cast<unsigned long>(count),
-             static_cast<unsigned long long>(ticks));
+    line.Add("cost_type name=%s ops=%lu ticks=%s", name, static_cast<unsigned long>(count),
+             U64(ticks).s);
     line.Emit();
   }
   Line line;
-  line.Add("done images=%lu status=%s ticks=%llu", static_cast<unsigned long>(done),
-           rc == 0 ? "ok" : "error", static_cast<unsigned long long>(total_ticks));
+  line.Add("done images=%lu status=%s ticks=%s", static_cast<unsigned long>(done),
+           rc == 0 ? "ok" : "error", U64(total_ticks).s);
   line.Emit();
   g_run.platform = nullptr;
   return rc;

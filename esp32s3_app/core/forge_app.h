@@ -35,7 +35,10 @@
 //   done images=n status=ok|error ticks=T
 //   error what=...                                          (on failure)
 // The per-operator ticks come from TFLM's MicroProfiler interface with the
-// platform clock; they include the checksum pass only when trace != none.
+// platform clock (TFLM calls it only when built without
+// TF_LITE_STRIP_ERROR_STRINGS; otherwise the cost lines read 0); they include
+// the checksum pass when trace != none, so time with trace=none. The core
+// prints through its own uint64 formatting (no %llu), so newlib-nano works.
 #ifndef ESP32S3_APP_CORE_FORGE_APP_H_
 #define ESP32S3_APP_CORE_FORGE_APP_H_
 
