@@ -315,3 +315,29 @@ def test_embedded_arrays_run_like_files(tmp_path, artifacts, stream, runs):
   assert embedded.ok and len(embedded.predictions) == n
   assert np.array_equal(embedded.logits, from_file.logits[:n])
   assert np.array_equal(embedded.op_checksums, from_file.op_checksums[:n])
+
+
+def test_frozen_mode_matches_evaluator_source(runs, artifacts, binaries, stream, tmp_path):
+  """config.adapt=false (ForgeRecalibControl FROZEN) is the evaluator's `source`."""
+  from forge_tflm import deploy
+
+  name, target = "forge_all", "esp_nn"
+  path = artifacts[name]
+  x = deploy.model_input(path, stream.images)
+  images = deploy.write_image_stream(str(tmp_path / "images.bin"), x)
+  exp = deploy.expected_outputs(path, x, mode="frozen", trace="all", keep_outputs=True)
+  fc_in = [outs[-2] for outs in exp.op_outputs]
+  r = subprocess.run([binaries[target], path, images, f"--images={N_IMAGES}", "--trace=all",
+                      "--frozen"], capture_output=True, text=True)
+  assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+  run = deploy.parse_app_output(r.stdout)
+  assert run.header["mode"] == "frozen"
+  with open(path, "rb") as f:
+    identical, notes = _compare(target, f"{name}-frozen", run, exp, fc_in, f.read())
+  # Frozen: the state never leaves the clean targets; adapting changed the outputs.
+  assert np.all(run.state_checksums == run.state_checksums[0])
+  adapt = runs[(target, name)][0]
+  assert np.any(adapt.forge_checksums[1:] != run.forge_checksums[1:])
+  print(f"\n{target}/{name} frozen: {identical}/{N_IMAGES} images with identical logits")
+  for note in notes:
+    print("  " + note)
