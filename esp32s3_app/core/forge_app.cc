@@ -48,6 +48,9 @@ struct RunState {
   int trace = FORGE_APP_TRACE_NONE;
   bool in_invoke = false;
   uint32_t op_counter = 0;   // index of the op being evaluated (wrappers)
+  size_t image = 0;          // index of the image being evaluated
+  long dump_op = -1;         // ForgeAppConfig.dump_op / dump_image
+  size_t dump_image = 0;
   uint32_t event_counter = 0;  // index of the op being profiled
   uint32_t num_ops = 0;
   bool is_forge[kMaxOps] = {};
@@ -190,6 +193,7 @@ void ChecksumOutput(TfLiteContext* ctx, TfLiteNode* node, uint32_t op) {
 }
 
 void ChecksumState(TfLiteNode* node, uint32_t op);  // below
+void DumpOutput(TfLiteContext* ctx, TfLiteNode* node, uint32_t op);
 
 template <int kSlot>
 TfLiteStatus WrappedInvoke(TfLiteContext* ctx, TfLiteNode* node) {
@@ -202,6 +206,9 @@ TfLiteStatus WrappedInvoke(TfLiteContext* ctx, TfLiteNode* node) {
                        (g_run.trace == FORGE_APP_TRACE_FORGE && forge))) {
     ChecksumOutput(ctx, node, op);
     if (forge) ChecksumState(node, op);
+  }
+  if (g_run.dump_op == static_cast<long>(op) && g_run.dump_image == g_run.image) {
+    DumpOutput(ctx, node, op);
   }
   return status;
 }
@@ -239,6 +246,25 @@ TfLiteStatus ForgePrepare(TfLiteContext* ctx, TfLiteNode* node) {
       Counted(ctx, [&]() { return g_slots[0].original.prepare(ctx, node); });
   if (s == kTfLiteOk) FindState(ctx, node);
   return s;
+}
+
+// "tensor image=n op=k offset=o bytes=B values=..." lines, 512 int8 values each.
+void DumpOutput(TfLiteContext* ctx, TfLiteNode* node, uint32_t op) {
+  if (node->outputs == nullptr || node->outputs->size < 1) return;
+  const TfLiteEvalTensor* t = ctx->GetEvalTensor(ctx, node->outputs->data[0]);
+  size_t bytes = 0;
+  if (t == nullptr || tflite::TfLiteEvalTensorByteLength(t, &bytes) != kTfLiteOk) return;
+  const int8_t* v = static_cast<const int8_t*>(t->data.data);
+  for (size_t start = 0; start < bytes; start += 512) {
+    Line line;
+    line.Add("tensor image=%lu op=%lu offset=%lu bytes=%lu values=",
+             static_cast<unsigned long>(g_run.image), static_cast<unsigned long>(op),
+             static_cast<unsigned long>(start), static_cast<unsigned long>(bytes));
+    for (size_t i = start; i < bytes && i < start + 512; ++i) {
+      line.Add(i > start ? ",%d" : "%d", v[i]);
+    }
+    line.Emit();
+  }
 }
 
 void ChecksumState(TfLiteNode* node, uint32_t op) {
@@ -435,6 +461,8 @@ int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) 
   g_run.in_invoke = false;
   g_run.forge_persistent = g_run.forge_scratch = 0;
   g_run.num_states = 0;
+  g_run.dump_op = config.dump_op;
+  g_run.dump_image = config.dump_image;
   memset(g_run.cost, 0, sizeof(g_run.cost));
   memset(g_run.checksum, 0, sizeof(g_run.checksum));
 
@@ -518,6 +546,7 @@ int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) 
       break;  // end of the stream
     }
     g_run.op_counter = 0;
+    g_run.image = n;
     g_run.event_counter = 0;
     g_run.in_invoke = true;
     Marker(FORGE_APP_MARKER_INFERENCE, 1, static_cast<uint32_t>(n));

@@ -30,6 +30,7 @@
 //       state=: per FORGE op, its float32 [mu..., var...] state after the image
 //       (trace>=forge; omitted if the state buffers could not be identified);
 //       trace=: one checksum per op's output (trace=all)
+//   tensor image=n op=k offset=o bytes=B values=v0,...  (dump_op; 512 per line)
 //   cost index=i name=CONV_2D calls=n ticks=T               (per operator, summed)
 //   cost_type name=CONV_2D ops=k ticks=T                    (per operator type)
 //   done images=n status=ok|error ticks=T
@@ -79,6 +80,10 @@ struct ForgeAppConfig {
   bool adapt = true;  // false: FORGE frozen at the clean targets ("source")
   int trace = FORGE_APP_TRACE_FORGE;
   bool print_logits = true;
+  // Debugging: print the whole int8 output of op `dump_op` at image
+  // `dump_image` ("tensor" lines); -1: none.
+  long dump_op = -1;
+  size_t dump_image = 0;
 };
 
 // Runs the stream; returns 0 on success, a negative code on failure (an

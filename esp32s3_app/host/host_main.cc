@@ -3,7 +3,7 @@
 // stdout, markers are no-ops.
 //
 //   forge_app_host MODEL.tflite IMAGES.bin [--images=N] [--trace=none|forge|all]
-//                  [--frozen] [--arena=BYTES] [--no_logits]
+//                  [--frozen] [--arena=BYTES] [--no_logits] [--dump=OP:IMAGE]
 //
 // IMAGES.bin: N * input_bytes int8 values, image after image (the model's
 // quantized input, e.g. from forge_tflm.deploy.write_image_stream). Without
@@ -55,7 +55,7 @@ bool ReadImage(void* user, size_t index, int8_t* dst, size_t n) {
 int main(int argc, char** argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: %s MODEL.tflite IMAGES.bin [--images=N] [--trace=none|forge|all]"
-                    " [--frozen] [--arena=BYTES] [--no_logits]\n", argv[0]);
+                    " [--frozen] [--arena=BYTES] [--no_logits] [--dump=OP:IMAGE]\n", argv[0]);
     return 2;
   }
   long num_images = -1;
@@ -75,6 +75,10 @@ int main(int argc, char** argv) {
       config.adapt = false;
     } else if (strncmp(a, "--arena=", 8) == 0) {
       arena_bytes = static_cast<size_t>(atol(a + 8));
+    } else if (strncmp(a, "--dump=", 7) == 0) {  // --dump=OP:IMAGE
+      config.dump_op = atol(a + 7);
+      const char* colon = strchr(a + 7, ':');
+      config.dump_image = colon != nullptr ? static_cast<size_t>(atol(colon + 1)) : 0;
     } else if (strcmp(a, "--no_logits") == 0) {
       config.print_logits = false;
     } else {

@@ -10,7 +10,7 @@ import dataclasses
 
 import numpy as np
 
-RECORDS = ("forge_app", "op", "mem", "img", "cost", "cost_type", "done", "error")
+RECORDS = ("forge_app", "op", "mem", "img", "tensor", "cost", "cost_type", "done", "error")
 
 
 def _fields(line: str) -> tuple[str, dict[str, str]] | None:
@@ -42,6 +42,7 @@ class AppRun:
   cost_type: dict[str, dict]      # name -> ops, ticks
   done: dict
   errors: list[dict]
+  tensors: dict = dataclasses.field(default_factory=dict)  # (image, op) -> int8 [bytes]
 
   @property
   def clock_hz(self) -> int:
@@ -55,6 +56,7 @@ class AppRun:
 def parse_app_output(text: str) -> AppRun:
   header, ops, forge_ops, mem, cost, cost_type, done, errors = {}, [], [], {}, [], {}, {}, []
   logits, preds, ticks, fsums, osums, ssums = [], [], [], [], [], []
+  chunks: dict = {}
   for line in text.splitlines():
     rec = _fields(line)
     if rec is None:
@@ -81,6 +83,11 @@ def parse_app_output(text: str) -> AppRun:
         ssums.append([int(v, 16) for v in f["state"].split(",") if v])
       if "trace" in f:
         osums.append([int(v, 16) for v in f["trace"].split(",") if v])
+    elif kind == "tensor":
+      key = (int(f["image"]), int(f["op"]))
+      buf = chunks.setdefault(key, np.zeros(int(f["bytes"]), np.int8))
+      values = np.array([int(v) for v in f["values"].split(",") if v], np.int8)
+      buf[int(f["offset"]):int(f["offset"]) + len(values)] = values
     elif kind == "cost":
       cost.append({"name": f["name"], "calls": int(f["calls"]), "ticks": int(f["ticks"])})
     elif kind == "cost_type":
@@ -97,4 +104,4 @@ def parse_app_output(text: str) -> AppRun:
       forge_checksums=np.array(fsums, np.uint32).reshape(n, -1) if fsums else None,
       op_checksums=np.array(osums, np.uint32).reshape(n, -1) if osums else None,
       state_checksums=np.array(ssums, np.uint32).reshape(n, -1) if ssums else None,
-      cost=cost, cost_type=cost_type, done=done, errors=errors)
+      cost=cost, cost_type=cost_type, done=done, errors=errors, tensors=chunks)

@@ -17,8 +17,10 @@ FORGE adapting, and compares, image by image, with forge_tflm.deploy.expected_ou
     single-rounding one on the evaluator side (forge_tflm.deploy.rounding), so the
     only tolerated difference is that documented rounding, at most 1 LSB.
 
-Objects and artifacts live in the build cache (cold: ~4-5 min of compiling on 2
-cores; warm: make only relinks nothing). Set FORGE_TFLM_DEPLOY_IMAGES to change the
+A differing op is reported with its image, and the device's whole output tensor is
+dumped (--dump=OP:IMAGE) to say how many values differ and by how much. Objects and
+artifacts live in the build cache (cold: ~3.6 min of compiling on 2 shared cores;
+warm: make has nothing to do). Set FORGE_TFLM_DEPLOY_IMAGES to change the
 stream length (default 200).
 """
 
@@ -48,6 +50,7 @@ N_IMAGES = int(os.environ.get("FORGE_TFLM_DEPLOY_IMAGES", "200"))
 TARGETS = ("reference", "esp_nn")
 ARTIFACTS = ("forge_all", "forge_3", "plain")
 TIMINGS: dict[str, float] = {}
+INPUTS: dict[str, str] = {}  # artifact name -> int8 image file (runs fixture)
 
 
 @contextlib.contextmanager
@@ -170,7 +173,7 @@ def runs(artifacts, binaries, stream, tmp_path_factory):
   with _timed("expected"):
     for name, path in artifacts.items():
       x = deploy.model_input(path, stream.images)
-      inputs[name] = str(work / f"{name}.bin")
+      inputs[name] = INPUTS[name] = str(work / f"{name}.bin")
       deploy.write_image_stream(inputs[name], x)
       exp = deploy.expected_outputs(path, x, trace="all", keep_outputs=True)
       # Keep only what the comparison needs: the final op's input per image.
@@ -195,8 +198,30 @@ def runs(artifacts, binaries, stream, tmp_path_factory):
 
 # --------------------------------------------------------------------- tests
 
-def _compare(target, name, run, exp, fc_in, model_bytes):
-  """Returns (identical_images, per-image notes); asserts the parity rules."""
+def _explainer(binary, artifact, images, extra=()):
+  """explain(n, k): how op k's output at image n differs (dumps it from the device)."""
+  def explain(n, k):
+    from forge_tflm import deploy
+
+    r = subprocess.run([binary, artifact, images, f"--images={n + 1}", f"--dump={k}:{n}",
+                        "--trace=none"] + list(extra), capture_output=True, text=True)
+    device = deploy.parse_app_output(r.stdout).tensors.get((n, k))
+    x = np.fromfile(images, np.int8)[:(n + 1) * 32 * 32 * 3].reshape(n + 1, 32, 32, 3)
+    mode = "frozen" if "--frozen" in extra else "adapt"
+    want = deploy.expected_outputs(artifact, x, mode=mode, trace="none",
+                                   keep_outputs=True).op_outputs[n][k].reshape(-1)
+    if device is None or device.size != want.size:
+      return "device tensor not available"
+    d = device.astype(int) - want.astype(int)
+    return (f"{int(np.count_nonzero(d))}/{d.size} values differ, max |diff| "
+            f"{int(np.abs(d).max())} LSB, first at flat index {int(np.argmax(d != 0))}")
+  return explain
+
+
+def _compare(target, name, run, exp, fc_in, model_bytes, explain=None):
+  """Returns (identical_images, per-image notes); asserts the parity rules.
+
+  explain(n, k) -> str describes a differing op output (first 3 differences)."""
   from forge_tflm.deploy import rounding
 
   assert run.ok, run.errors
@@ -209,7 +234,8 @@ def _compare(target, name, run, exp, fc_in, model_bytes):
   # 1. Every op before the final FULLY_CONNECTED, FORGE included, bit-identical.
   diff = run.op_checksums[:, :last] != exp.op_checksums[:, :last]
   for n, k in zip(*np.nonzero(diff)):
-    problems.append(f"image {n}: op {k} ({exp.op_names[k]}) output differs")
+    how = f": {explain(int(n), int(k))}" if explain is not None and len(problems) < 3 else ""
+    problems.append(f"image {n}: op {k} ({exp.op_names[k]}) output differs{how}")
     if len(problems) > 20:
       break
   assert np.array_equal(run.forge_checksums, exp.forge_checksums) or problems, \
@@ -246,11 +272,12 @@ def _compare(target, name, run, exp, fc_in, model_bytes):
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", ARTIFACTS)
-def test_device_matches_evaluator(runs, artifacts, target, name):
+def test_device_matches_evaluator(runs, artifacts, binaries, target, name):
   run, exp, fc_in = runs[(target, name)]
   with open(artifacts[name], "rb") as f:
     model_bytes = f.read()
-  identical, notes = _compare(target, name, run, exp, fc_in, model_bytes)
+  identical, notes = _compare(target, name, run, exp, fc_in, model_bytes,
+                              _explainer(binaries[target], artifacts[name], INPUTS[name]))
   assert np.array_equal(run.predictions, np.argmax(run.logits, axis=1))
   n_forge = {"forge_all": 21, "forge_3": 3, "plain": 0}[name]
   assert len(run.forge_ops) == n_forge
@@ -333,7 +360,8 @@ def test_frozen_mode_matches_evaluator_source(runs, artifacts, binaries, stream,
   run = deploy.parse_app_output(r.stdout)
   assert run.header["mode"] == "frozen"
   with open(path, "rb") as f:
-    identical, notes = _compare(target, f"{name}-frozen", run, exp, fc_in, f.read())
+    identical, notes = _compare(target, f"{name}-frozen", run, exp, fc_in, f.read(),
+                                _explainer(binaries[target], path, images, ["--frozen"]))
   # Frozen: the state never leaves the clean targets; adapting changed the outputs.
   assert np.all(run.state_checksums == run.state_checksums[0])
   adapt = runs[(target, name)][0]
