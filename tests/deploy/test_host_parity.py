@@ -33,6 +33,7 @@ import glob
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -143,6 +144,9 @@ def _make(kernels: str, goals: list[str] = (), binary: str = "forge_app_host") -
 
 @pytest.fixture(scope="session")
 def binaries() -> dict[str, str]:
+  missing = [t for t in ("make", "gcc", "g++") if shutil.which(t) is None]
+  if missing:
+    pytest.skip(f"needs {', '.join(missing)} to build esp32s3_app/host")
   out = {}
   with _timed("build"):
     for k in TARGETS:
