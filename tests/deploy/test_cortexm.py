@@ -1,0 +1,393 @@
+"""The application core on Cortex-M (qemu-system-arm) matches the host evaluator.
+
+Builds esp32s3_app/cortexm with arm-none-eabi-gcc against the third-party snapshots
+(tests/third_party.py): TFLite-Micro 90b983c with its kernels/cmsis_nn/ adapters over
+CMSIS-NN 4ab83cc (CMSIS_6 core headers) plus the FORGE op, for two boards:
+
+  an386  qemu mps2-an386, Cortex-M4F (-mcpu=cortex-m4 -mfpu=fpv4-sp-d16
+         -mfloat-abi=hard): CMSIS-NN's DSP path
+  an547  qemu mps3-an547, Cortex-M55 (-mcpu=cortex-m55): CMSIS-NN's Helium (MVE) path
+
+The model and the int8 images (gaussian_noise-5 CIFAR-10 test images, the evaluator's
+--limit=200 --seed=0 subset in ordering 0) are compiled in as C arrays written at test
+time into the build cache (forge_tflm.deploy.write_c_arrays). Each ELF runs under
+`qemu-system-arm -icount shift=0` with FORGE adapting at batch 1; its output lines
+are parsed (forge_tflm.deploy.parse_app_output) and compared image by image with
+forge_tflm.deploy.expected_outputs (the evaluator at batch 1, reference kernels), for
+the bundled ResNet-20 converted three ways (FORGE at 21 sites, at 3 sites, plain
+int8 control), with the convention of tests/deploy/test_host_parity.py:
+
+  - every op's output before the final FULLY_CONNECTED, FORGE ops included, and every
+    FORGE op's float32 state after every image must be bit-identical;
+  - the logits (final FULLY_CONNECTED) may differ by the documented rounding only:
+    device = TFLM's two-step requantization of the op's exact accumulator, evaluator
+    = LiteRT's single rounding (forge_tflm.deploy.rounding), at most 1 LSB.
+
+Default run: the first FORGE_TFLM_CORTEXM_IMAGES (default 50) images per artifact per
+board; `--runslow` adds the same comparison on all 200 images. A cost test checks the
+SysTick instruction clock (calibration, deterministic per-op counts) and the arena
+sizes; benchmarks/bench_mcu_cost.py reports the counts.
+
+Skips (with the reason) without arm-none-eabi-gcc + newlib, qemu-system-arm, the
+third-party snapshots or the dataset. Objects live in the build cache
+($FORGE_TFLM_BUILD_CACHE/cortexm/<board>).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import fcntl
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tests import third_party
+from tests.conftest import REPO_ROOT, SHARED_DATASETS
+
+CORTEXM_DIR = os.path.join(REPO_ROOT, "esp32s3_app", "cortexm")
+MODEL = os.path.join(REPO_ROOT, "models", "resnet20_cifar10.keras")
+DATA_DIR = os.path.join(SHARED_DATASETS, "cifar10")
+# board -> (qemu machine, CPU, SysTick instructions per tick x1000 under -icount shift=0)
+BOARDS = {"an386": ("mps2-an386", "Cortex-M4F", 40000),
+          "an547": ("mps3-an547", "Cortex-M55", 31250)}
+ARTIFACTS = ("forge_all", "forge_3", "plain")
+STREAM_LIMIT = 200  # the evaluator's subset; tests take its first n images
+N_DEFAULT = int(os.environ.get("FORGE_TFLM_CORTEXM_IMAGES", "50"))
+TIMINGS: dict[str, float] = {}
+
+
+# ------------------------------------------------------------ tools, helpers
+
+def missing_tools() -> str | None:
+  """Why the Cortex-M tests cannot run here, or None."""
+  for tool in ("arm-none-eabi-gcc", "arm-none-eabi-g++", "qemu-system-arm"):
+    if shutil.which(tool) is None:
+      return (f"needs {tool} (apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi "
+              f"qemu-system-arm)")
+  r = subprocess.run(["arm-none-eabi-gcc", "-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard",
+                      "-mfpu=fpv4-sp-d16", "-print-file-name=librdimon.a"],
+                     capture_output=True, text=True)
+  if not os.path.isabs(r.stdout.strip()):
+    return "needs newlib's librdimon for arm-none-eabi (apt-get install libnewlib-arm-none-eabi)"
+  return None
+
+
+@contextlib.contextmanager
+def _locked(path):
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    yield
+
+
+@contextlib.contextmanager
+def _timed(key):
+  t0 = time.time()
+  yield
+  TIMINGS[key] = round(TIMINGS.get(key, 0.0) + time.time() - t0, 1)
+
+
+def _make_args(board: str) -> list[str]:
+  tp = third_party
+  return [f"BOARD={board}",
+          f"BUILD_DIR={os.path.join(tp.build_cache(), 'cortexm', board)}",
+          f"TFLM_DIR={tp.snapshot('tflite-micro')}",
+          f"THIRD_PARTY={os.path.join(tp.snapshot('esp-tflite-micro'), 'third_party')}",
+          f"CMSIS_NN_DIR={tp.snapshot('CMSIS-NN')}",
+          f"CMSIS_DIR={tp.snapshot('CMSIS_6')}"]
+
+
+def make(board: str, goals: list[str], jobs: int = 2) -> None:
+  """Runs esp32s3_app/cortexm's Makefile (nice, -j2) under a per-board lock."""
+  args = _make_args(board)
+  lock = os.path.join(third_party.build_cache(), "cortexm", f"{board}.lock")
+  with _locked(lock):
+    r = subprocess.run(["nice", "make", "-C", CORTEXM_DIR, f"-j{jobs}"] + goals + args,
+                       capture_output=True, text=True)
+  if r.returncode != 0:
+    raise RuntimeError(f"make {' '.join(goals)} BOARD={board} failed:\n"
+                       f"{r.stdout[-3000:]}{r.stderr[-6000:]}")
+
+
+def build_elf(board: str, gen_dir: str) -> str:
+  """Links the ELF of `board` with the C arrays in gen_dir (objects from the cache)."""
+  elf = os.path.join(gen_dir, f"forge_app_{board}.elf")
+  make(board, ["all", f"GEN_DIR={gen_dir}", f"ELF={elf}"])
+  return elf
+
+
+def qemu_command(board: str, elf: str, out_file: str, args: str = "") -> list[str]:
+  """qemu-system-arm for `board` with -icount shift=0; the target's semihosting output
+  goes to out_file (a file chardev: nothing of QEMU's own is mixed in)."""
+  cmd = ["qemu-system-arm", "-M", BOARDS[board][0], "-display", "none", "-serial", "null",
+         "-monitor", "none", "-chardev", f"file,id=semihosting,path={out_file}",
+         "-semihosting-config", "enable=on,target=native,chardev=semihosting",
+         "-icount", "shift=0", "-kernel", elf]
+  return cmd + (["-append", args] if args else [])
+
+
+def run_qemu(board: str, elf: str, args: str = "", timeout: float = 1800) -> tuple[str, dict]:
+  """Runs `elf` on the board's machine; returns (its output lines, the calibration
+  fields of the target's "cortexm" line)."""
+  out_file = elf + f".{os.getpid()}.{time.monotonic_ns()}.out"
+  cmd = qemu_command(board, elf, out_file, args)
+  try:
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                       stdin=subprocess.DEVNULL)
+    text = open(out_file).read() if os.path.exists(out_file) else ""
+  finally:
+    if os.path.exists(out_file):
+      os.remove(out_file)
+  if r.returncode != 0:
+    raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}\n{text[-3000:]}"
+                       f"{r.stdout[-2000:]}{r.stderr[-2000:]}")
+  calib = {}
+  m = re.search(r"^cortexm (.*)$", text, re.M)
+  if m:
+    calib = dict(f.split("=", 1) for f in m.group(1).split())
+  return text, calib
+
+
+def artifact_paths() -> dict[str, str]:
+  """name -> .tflite: the bundled ResNet-20 converted as tests/deploy/test_host_parity.py
+  does it (same cache folder and lock, so both tests convert once)."""
+  h = hashlib.sha256()
+  with open(MODEL, "rb") as f:
+    h.update(f.read())
+  for path in sorted(glob.glob(os.path.join(REPO_ROOT, "converter", "*.py")) +
+                     glob.glob(os.path.join(REPO_ROOT, "forge_tflm", "ops", "*.py"))):
+    with open(path, "rb") as f:
+      h.update(path.encode() + f.read())
+  root = os.path.join(third_party.build_cache(), "deploy_artifacts", h.hexdigest()[:16])
+  paths = {"forge_all": os.path.join(root, "r20_forge_all.tflite"),
+           "plain": os.path.join(root, "r20_int8.tflite"),
+           "forge_3": os.path.join(root, "r20_forge_3.tflite")}
+
+  def convert(args):
+    cmd = [sys.executable, "-m", "forge_tflm.cli.main", "convert", f"--model={MODEL}",
+           f"--data_dir={DATA_DIR}"] + args
+    r = subprocess.run(["nice"] + cmd, capture_output=True, text=True, cwd=REPO_ROOT)
+    if r.returncode != 0:
+      raise RuntimeError(f"{' '.join(cmd)}\n{r.stderr[-4000:]}")
+
+  with _locked(root + ".lock"):
+    os.makedirs(root, exist_ok=True)
+    if not (os.path.exists(paths["forge_all"]) and os.path.exists(paths["plain"])):
+      convert([f"--output={paths['forge_all']}", f"--plain_output={paths['plain']}"])
+    if not os.path.exists(paths["forge_3"]):
+      with open(os.path.splitext(paths["forge_all"])[0] + ".json") as f:
+        sites = [s["name"] for s in json.load(f)["sites"]]
+      three = [sites[0], sites[len(sites) // 2], sites[-1]]
+      convert([f"--output={paths['forge_3']}", f"--sites={','.join(three)}"])
+  return paths
+
+
+def gen_dir_for(artifact: str, x: np.ndarray, tag: str) -> str:
+  """Writes the model + images C arrays once into the build cache (keyed by content)."""
+  from forge_tflm import deploy
+
+  with open(artifact, "rb") as f:
+    key = hashlib.sha256(f.read() + np.ascontiguousarray(x).tobytes()).hexdigest()[:16]
+  out = os.path.join(third_party.build_cache(), "cortexm", "gen", f"{tag}_{len(x)}_{key}")
+  with _locked(out + ".lock"):
+    if not os.path.exists(os.path.join(out, "forge_app_data.cc")):
+      deploy.write_c_arrays(out, artifact, x)
+  return out
+
+
+def compare(label: str, run, exp, fc_in, model_bytes: bytes, n: int) -> tuple[int, list[str]]:
+  """The parity rules of test_host_parity; returns (identical logits, notes)."""
+  from forge_tflm.deploy import rounding
+
+  assert run.ok, (label, run.errors)
+  assert run.ops == exp.op_names and run.forge_ops == exp.forge_ops
+  assert run.logits.shape == exp.logits.shape == (n, 10)
+  last = len(exp.op_names) - 1
+  assert exp.op_names[last] == "FULLY_CONNECTED"
+  problems, notes = [], []
+  for i, k in zip(*np.nonzero(run.op_checksums[:, :last] != exp.op_checksums[:, :last])):
+    problems.append(f"image {i}: op {k} ({exp.op_names[k]}) output differs")
+    if len(problems) > 20:
+      break
+  assert np.array_equal(run.forge_checksums, exp.forge_checksums) or problems
+  if exp.forge_ops:
+    assert run.state_checksums is not None, "the app did not find FORGE's state buffers"
+    for i, f in zip(*np.nonzero(run.state_checksums != exp.state_checksums)):
+      problems.append(f"image {i}: state of FORGE op {exp.forge_ops[f]} differs")
+      if len(problems) > 40:
+        break
+  for i in range(n):
+    if np.array_equal(run.logits[i], exp.logits[i]):
+      continue
+    fc = rounding.fc_outputs(model_bytes, last, fc_in[i])
+    for c in np.nonzero(run.logits[i] != exp.logits[i])[0]:
+      d = int(run.logits[i][c]) - int(exp.logits[i][c])
+      notes.append(f"{label} image {i}: FULLY_CONNECTED (op {last}) channel {c}: device "
+                   f"{run.logits[i][c]} vs evaluator {exp.logits[i][c]} ({d:+d} LSB), "
+                   f"exact {fc.exact[c]:.6f}")
+      if abs(d) > 1:
+        problems.append(notes[-1] + ": more than 1 LSB")
+    if not (np.array_equal(fc.double, run.logits[i]) and
+            np.array_equal(fc.single, exp.logits[i])):
+      problems.append(f"image {i}: FULLY_CONNECTED difference is not the documented "
+                      f"single/double rounding (device {run.logits[i].tolist()}, evaluator "
+                      f"{exp.logits[i].tolist()}, two-step {fc.double.tolist()}, single "
+                      f"{fc.single.tolist()})")
+  assert not problems, f"{label}:\n" + "\n".join(problems)
+  return int(np.sum(np.all(run.logits == exp.logits, axis=1))), notes
+
+
+# ------------------------------------------------------------------ fixtures
+
+@pytest.fixture(scope="session")
+def tools():
+  why = missing_tools()
+  if why:
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def libs(tools) -> None:
+  """Both boards' object libraries (the cold build), one board per make -j2."""
+  with _timed("build_libs"):
+    for board in BOARDS:
+      make(board, ["lib"])
+
+
+@pytest.fixture(scope="session")
+def artifacts(tools) -> dict[str, str]:
+  if not os.path.isdir(DATA_DIR):
+    pytest.skip(f"needs CIFAR-10 at {DATA_DIR}")
+  with _timed("convert"):
+    return artifact_paths()
+
+
+@pytest.fixture(scope="session")
+def stream(tools, tmp_path_factory):
+  from forge_tflm import deploy
+
+  if not os.path.isdir(DATA_DIR):
+    pytest.skip(f"needs CIFAR-10 at {DATA_DIR}")
+  return deploy.corrupted_stream(DATA_DIR, "gaussian_noise", 5, limit=STREAM_LIMIT,
+                                 cache_dir=str(tmp_path_factory.getbasetemp() / "corr"))
+
+
+class _Runs:
+  """(n images) -> {(board, artifact): (AppRun, ExpectedOutputs, FC inputs, calib)},
+  computed once per n; the two boards' qemu runs go in parallel."""
+
+  def __init__(self, artifacts, stream):
+    self.artifacts, self.stream, self.cache = artifacts, stream, {}
+
+  def get(self, n: int):
+    if n in self.cache:
+      return self.cache[n]
+    from forge_tflm import deploy
+
+    elfs, expected = {}, {}
+    for name, path in self.artifacts.items():
+      x = deploy.model_input(path, self.stream.images[:n])
+      with _timed(f"expected_{n}"):
+        exp = deploy.expected_outputs(path, x, trace="all", keep_outputs=True)
+        fc_in = [outs[-2] for outs in exp.op_outputs]
+        exp.op_outputs = None
+        expected[name] = (exp, fc_in)
+      with _timed(f"gen_link_{n}"):
+        gen = gen_dir_for(path, x, name)
+        for board in BOARDS:
+          elfs[(board, name)] = build_elf(board, gen)
+
+    def run(key):
+      t0 = time.time()
+      out, calib = run_qemu(key[0], elfs[key], "--trace=all")
+      return key, out, calib, time.time() - t0
+
+    out = {}
+    with _timed(f"qemu_{n}"), concurrent.futures.ThreadPoolExecutor(2) as pool:
+      for key, text, calib, secs in pool.map(run, sorted(elfs)):
+        TIMINGS[f"qemu_{n}_{key[0]}_{key[1]}"] = round(secs, 1)
+        out[key] = (deploy.parse_app_output(text),) + expected[key[1]] + (calib,)
+    self.cache[n] = out
+    return out
+
+
+@pytest.fixture(scope="session")
+def runs(libs, artifacts, stream):
+  return _Runs(artifacts, stream)
+
+
+# --------------------------------------------------------------------- tests
+
+def _check_parity(runs, artifacts, board, name, n):
+  run, exp, fc_in, calib = runs.get(n)[(board, name)]
+  with open(artifacts[name], "rb") as f:
+    model_bytes = f.read()
+  label = f"{board} ({BOARDS[board][1]})/{name}"
+  identical, notes = compare(label, run, exp, fc_in, model_bytes, n)
+  assert np.array_equal(run.predictions, np.argmax(run.logits, axis=1))
+  n_forge = {"forge_all": 21, "forge_3": 3, "plain": 0}[name]
+  assert len(run.forge_ops) == n_forge
+  assert int(calib["instructions_per_tick_x1000"]) == BOARDS[board][2], calib
+  assert [c["calls"] for c in run.cost] == [n] * len(run.ops)
+  print(f"\n{label}: {n} images, {identical}/{n} identical logits, every op before the "
+        f"final FC and every FORGE state bit-identical; arena_used={run.mem['arena_used']} "
+        f"forge_persistent={run.mem['forge_persistent']}; timings {TIMINGS}")
+  for note in notes:
+    print("  " + note)
+
+
+@pytest.mark.parametrize("board", sorted(BOARDS))
+@pytest.mark.parametrize("name", ARTIFACTS)
+def test_cortexm_matches_evaluator(runs, artifacts, board, name):
+  _check_parity(runs, artifacts, board, name, N_DEFAULT)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("board", sorted(BOARDS))
+@pytest.mark.parametrize("name", ARTIFACTS)
+def test_cortexm_matches_evaluator_200_images(runs, artifacts, board, name):
+  _check_parity(runs, artifacts, board, name, STREAM_LIMIT)
+
+
+@pytest.mark.parametrize("board", sorted(BOARDS))
+def test_cortexm_instruction_clock_and_arena(libs, artifacts, stream, board):
+  """trace=none timing runs: the SysTick clock counts instructions (calibrated ratio,
+  identical per-op counts image after image for the input-independent ops), the
+  per-op costs add up to the inference, FORGE's share is a few percent, and FORGE
+  grows the arena (32-bit target) by more than its persistent bytes' worth."""
+  from forge_tflm import deploy
+
+  results = {}
+  for name in ("forge_all", "plain"):
+    x = deploy.model_input(artifacts[name], stream.images[:3])
+    elf = build_elf(board, gen_dir_for(artifacts[name], x, name))
+    text, calib = run_qemu(board, elf, "--trace=none")
+    run = deploy.parse_app_output(text)
+    assert run.ok and len(run.ticks) == 3, text[-2000:]
+    assert int(calib["instructions_per_tick_x1000"]) == BOARDS[board][2], calib
+    assert run.header["trace"] == "none" and run.clock_hz == 10**9
+    per_op = sum(c["ticks"] for c in run.cost)
+    total = int(run.done["ticks"])
+    # Per-op counts cover the inference up to the interpreter's own loop (< 1%).
+    assert 0.98 * total < per_op <= total, (per_op, total)
+    # Deterministic: the images cost the same to within data-dependent branches.
+    assert np.ptp(run.ticks) < 0.001 * np.mean(run.ticks), run.ticks
+    results[name] = run
+  forge, plain = results["forge_all"], results["plain"]
+  share = forge.cost_type["FORGE_RECALIB"]["ticks"] / int(forge.done["ticks"])
+  assert 0.01 < share < 0.4, share
+  grow = forge.mem["arena_used"] - plain.mem["arena_used"]
+  assert grow >= forge.mem["forge_persistent"] > 0, (forge.mem, plain.mem)
+  print(f"\n{board}: {int(np.mean(forge.ticks)):,} instructions/inference with FORGE "
+        f"(21 sites), FORGE {share:.1%}; plain {int(np.mean(plain.ticks)):,}; arena_used "
+        f"{forge.mem['arena_used']:,} B with FORGE vs {plain.mem['arena_used']:,} B plain")
