@@ -326,26 +326,42 @@ def test_forge_state_and_accuracy_match_evaluator_protocol(stream, artifacts, tm
   assert len(exp.states) == N_IMAGES and len(exp.states[-1]) == 21
 
 
-def test_embedded_arrays_run_like_files(tmp_path, artifacts, stream, runs):
-  """The C-array form a firmware compiles (write_c_arrays + ForgeAppConfig.images)
-  prints what the file-fed host binary printed for the same first images."""
+def test_generator_and_embedded_build_match_expected(tmp_path, artifacts, binaries):
+  """python -m forge_tflm.deploy (the generator the firmware targets use) -> C arrays
+  compiled in (make embedded, ForgeAppConfig.images) -> the same outputs as the
+  generator's expected.json: every op before the final FC, FORGE outputs and state
+  bit-identical, logits within the documented 1 LSB."""
   from forge_tflm import deploy
+  from forge_tflm.deploy.__main__ import main as generate
 
   n = 6
-  path = artifacts["forge_3"]
-  x = deploy.model_input(path, stream.images[:n])
-  header, source = deploy.write_c_arrays(str(tmp_path), path, x, stream.labels[:n])
-  text = open(source).read()
+  gen = tmp_path / "gen"
+  with pytest.MonkeyPatch.context() as mp:
+    if "FORGE_TFLM_CACHE" not in os.environ:
+      mp.setenv("FORGE_TFLM_CACHE", str(tmp_path / "cache"))
+    assert generate([f"--artifact={artifacts['forge_3']}", f"--data_dir={DATA_DIR}",
+                     f"--images={n}", f"--out={gen}"]) == 0
+  text = (gen / "forge_app_data.cc").read_text()
   assert "alignas(16) const uint8_t forge_app_model[]" in text
   assert f"forge_app_num_images = {n};" in text
-  binary = _make("reference", ["embedded", f"GEN_DIR={tmp_path}"], "forge_app_embedded")
+  binary = _make("reference", ["embedded", f"GEN_DIR={gen}"], "forge_app_embedded")
   r = subprocess.run([binary, "--trace=all"], capture_output=True, text=True)
   assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-  embedded = deploy.parse_app_output(r.stdout)
-  from_file = runs[("reference", "forge_3")][0]
-  assert embedded.ok and len(embedded.predictions) == n
-  assert np.array_equal(embedded.logits, from_file.logits[:n])
-  assert np.array_equal(embedded.op_checksums, from_file.op_checksums[:n])
+  run = deploy.parse_app_output(r.stdout)
+  exp = json.loads((gen / "expected.json").read_text())
+  assert run.ok and len(run.predictions) == n == exp["images"]
+  assert run.ops == exp["ops"] and run.forge_ops == exp["forge_ops"]
+  for img, e in enumerate(exp["per_image"]):
+    assert [f"{v:08x}" for v in run.op_checksums[img][:-1]] == e["trace"][:-1], img
+    assert [f"{v:08x}" for v in run.forge_checksums[img]] == e["forge"], img
+    assert [f"{v:08x}" for v in run.state_checksums[img]] == e["state"], img
+    assert np.max(np.abs(run.logits[img].astype(int) - np.array(e["logits"]))) <= 1, img
+  # The embedded binary and the file-fed one print the same for the same images.
+  r2 = subprocess.run([binaries["reference"], artifacts["forge_3"], str(gen / "images.bin"),
+                       "--trace=all"], capture_output=True, text=True)
+  from_file = deploy.parse_app_output(r2.stdout)
+  assert np.array_equal(from_file.logits, run.logits)
+  assert np.array_equal(from_file.op_checksums, run.op_checksums)
 
 
 def test_frozen_mode_matches_evaluator_source(runs, artifacts, binaries, stream, tmp_path):
