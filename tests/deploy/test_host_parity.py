@@ -80,7 +80,8 @@ def _converter_hash() -> str:
   with open(MODEL, "rb") as f:
     h.update(f.read())
   for path in sorted(glob.glob(os.path.join(REPO_ROOT, "converter", "*.py")) +
-                     glob.glob(os.path.join(REPO_ROOT, "forge_tflm", "ops", "*.py"))):
+                     glob.glob(os.path.join(REPO_ROOT, "forge_tflm", "ops", "*.py")) +
+                     glob.glob(os.path.join(REPO_ROOT, "forge_tflm", "*.py"))):
     with open(path, "rb") as f:
       h.update(path.encode() + f.read())
   return h.hexdigest()[:16]
@@ -296,6 +297,9 @@ def test_device_matches_evaluator(runs, artifacts, binaries, target, name):
         f"forge_scratch={run.mem['forge_scratch']}; "
         f"{run.done['ticks'] and int(run.done['ticks']) / 1e6 / N_IMAGES:.1f} ms/image; "
         f"timings {TIMINGS}")
+  hz = run.clock_hz or 1
+  print("  ms/image by op type: " + ", ".join(
+      f"{k} {v['ticks'] / hz * 1e3 / N_IMAGES:.2f}" for k, v in run.cost_type.items()))
   for note in notes:
     print("  " + note)
 
