@@ -13,9 +13,12 @@ that segment's input tensor (no allocation, no copy), other FORGE outputs reuse
 one buffer per node and batch size, and each node's options, quantization and
 scratch are prepared once (`RecalibOp`), so a batch costs one C call per node.
 
-Kernel modes: "reference" uses BUILTIN_REF (the integer arithmetic of the
-TFLite-Micro reference kernels and ESP-NN: device numerics); "optimized" uses
-the default resolver (faster, may differ by an LSB).
+Kernel modes: "reference" is TFLite-Micro's integer arithmetic (device numerics):
+LiteRT's BUILTIN_REF kernels, which equal TFLM's reference kernels bit for bit on
+these models, except FULLY_CONNECTED, which LiteRT requantizes with one rounding and
+TFLM with two, so reference mode runs it on the host with TFLM's arithmetic
+(tflm_kernels.py). "optimized" uses LiteRT's default kernels (faster; may differ from
+the device by an LSB).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from ai_edge_litert.interpreter import Interpreter, OpResolverType
 from forge_tflm import tflite_graph as tg
 from forge_tflm.ops import QuantParams, RecalibOp, RecalibOptions, decode_options
 from forge_tflm.quiet import native_output_hidden
+from forge_tflm.runtime.tflm_kernels import TFLM_HOST_BUILTINS
 
 KERNEL_MODES = {"reference": OpResolverType.BUILTIN_REF, "optimized": OpResolverType.AUTO}
 ADAPT, FROZEN = "adapt", "frozen"
@@ -161,6 +165,8 @@ class SegmentedModel:
         if name != tg.FORGE_RECALIB and name not in self._host_kernels:
           raise ValueError(f"unsupported custom op {name!r} (op {i})")
         groups.append(("host", [i]))
+      elif kernels == "reference" and name in TFLM_HOST_BUILTINS:
+        groups.append(("host", [i]))  # TFLM's arithmetic, not LiteRT's (tflm_kernels).
       elif groups and groups[-1][0] == "builtin":
         groups[-1][1].append(i)
       else:
@@ -224,8 +230,13 @@ class SegmentedModel:
     sg = model.subgraphs[0]
     op = sg.operators[i]
     name = tg.op_name(model, op)
+    if name in TFLM_HOST_BUILTINS and not tg.is_custom(model, op):
+      return (name, TFLM_HOST_BUILTINS[name](model, op), int(op.inputs[0]),
+              int(op.outputs[0]))
     if name != tg.FORGE_RECALIB:
-      return (name, op, int(op.inputs[0]), int(op.outputs[0]))
+      fn = self._host_kernels[name]
+      return (name, lambda x, fn=fn, op=op: fn(x, op), int(op.inputs[0]),
+              int(op.outputs[0]))
     if len(op.inputs) != 3 or len(op.outputs) != 1:
       raise ValueError(f"FORGE_RECALIB op {i} must have 3 inputs and 1 output")
     x, out = sg.tensors[op.inputs[0]], sg.tensors[op.outputs[0]]
@@ -305,8 +316,8 @@ class SegmentedModel:
         elif isinstance(step, ForgeNode):
           self._run_forge(k, step, values, written, mode)
         else:
-          name, op, t_in, t_out = step
-          values[t_out] = self._host_kernels[name](values[t_in], op)
+          _, fn, t_in, t_out = step
+          values[t_out] = fn(values[t_in])
       return np.array(values[self._graph_outputs[0]])  # Own copy for the caller.
     finally:
       values.clear()  # Drop the views before any segment can run again.
