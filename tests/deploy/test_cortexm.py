@@ -158,17 +158,28 @@ def run_qemu(board: str, elf: str, args: str = "", timeout: float = 1800) -> tup
   return text, calib
 
 
+def _converter_hash() -> str:
+  """The artifact cache key of tests/deploy/test_host_parity.py (so that both tests
+  share one conversion); the same formula here if that module cannot be imported."""
+  try:
+    from tests.deploy.test_host_parity import _converter_hash as host_hash
+    return host_hash()
+  except (ImportError, AttributeError):
+    h = hashlib.sha256()
+    with open(MODEL, "rb") as f:
+      h.update(f.read())
+    for path in sorted(glob.glob(os.path.join(REPO_ROOT, "converter", "*.py")) +
+                       glob.glob(os.path.join(REPO_ROOT, "forge_tflm", "ops", "*.py")) +
+                       glob.glob(os.path.join(REPO_ROOT, "forge_tflm", "*.py"))):
+      with open(path, "rb") as f:
+        h.update(path.encode() + f.read())
+    return h.hexdigest()[:16]
+
+
 def artifact_paths() -> dict[str, str]:
   """name -> .tflite: the bundled ResNet-20 converted as tests/deploy/test_host_parity.py
-  does it (same cache folder and lock, so both tests convert once)."""
-  h = hashlib.sha256()
-  with open(MODEL, "rb") as f:
-    h.update(f.read())
-  for path in sorted(glob.glob(os.path.join(REPO_ROOT, "converter", "*.py")) +
-                     glob.glob(os.path.join(REPO_ROOT, "forge_tflm", "ops", "*.py"))):
-    with open(path, "rb") as f:
-      h.update(path.encode() + f.read())
-  root = os.path.join(third_party.build_cache(), "deploy_artifacts", h.hexdigest()[:16])
+  does it (same cache folder, key and lock, so both tests convert once)."""
+  root = os.path.join(third_party.build_cache(), "deploy_artifacts", _converter_hash())
   paths = {"forge_all": os.path.join(root, "r20_forge_all.tflite"),
            "plain": os.path.join(root, "r20_int8.tflite"),
            "forge_3": os.path.join(root, "r20_forge_3.tflite")}
