@@ -74,6 +74,7 @@ class _Tracer:
     self.model = model
     self.plan = []  # per original op: ("seg", bound, local tensor) or ("forge", node)
     self._forge_out = {}
+    self._host_out = {}
 
     def kernel(node, x, mode):
       y = run_forge_node(node, x, mode)
@@ -82,7 +83,7 @@ class _Tracer:
 
     model.forge_kernel = kernel
     total = len(tg.load_model(model_bytes).subgraphs[0].operators)
-    for kind, step in model._steps:  # noqa: SLF001 (the evaluator's own plan)
+    for k, (kind, step) in enumerate(model._steps):  # noqa: SLF001 (the evaluator's plan)
       if kind == "segment":
         seg_model = tg.load_model(step.model_bytes)
         it = Interpreter(model_content=step.model_bytes, num_threads=model.num_threads,
@@ -96,16 +97,33 @@ class _Tracer:
           self.plan.append(("seg", bound, int(op.outputs[0])))
       elif isinstance(step, segmented.ForgeNode):
         self.plan.append(("forge", step))
+      elif isinstance(step, tuple) and len(step) == 4 and callable(step[1]):
+        # A builtin run on the host (name, fn, t_in, t_out), e.g. TFLM's
+        # FULLY_CONNECTED in reference mode: record what fn returns.
+        self.plan.append(("host", len(self.plan)))
+        model._steps[k] = (kind, self._recording(step, len(self.plan) - 1))  # noqa: SLF001
       else:
         raise ValueError(f"unsupported host step {step[0]!r}")
     if len(self.plan) != total:
       raise AssertionError(f"traced {len(self.plan)} ops, model has {total}")
+
+  def _recording(self, step, slot: int):
+    name, fn, t_in, t_out = step
+
+    def record(x):
+      y = fn(x)
+      self._host_out[slot] = y
+      return y
+
+    return (name, record, t_in, t_out)
 
   def outputs(self) -> list[np.ndarray]:
     out = []
     for entry in self.plan:
       if entry[0] == "seg":
         out.append(np.array(entry[1].it.get_tensor(entry[2])))
+      elif entry[0] == "host":
+        out.append(np.array(self._host_out[entry[1]]))
       else:
         out.append(np.array(self._forge_out[id(entry[1])]))
     return out

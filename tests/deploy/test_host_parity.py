@@ -12,10 +12,13 @@ FORGE adapting, and compares, image by image, with forge_tflm.deploy.expected_ou
   - every op's output checksum must match the evaluator's at every image, FORGE
     ops included, except the final FULLY_CONNECTED, and so must every FORGE op's
     float32 state (mu, var) after every image;
-  - the final FULLY_CONNECTED output (the logits) must equal TFLM's two-step
-    requantization of the op's exact accumulator on the device side and LiteRT's
-    single-rounding one on the evaluator side (forge_tflm.deploy.rounding), so the
-    only tolerated difference is that documented rounding, at most 1 LSB.
+  - the final FULLY_CONNECTED output (the logits) must be identical too when the
+    evaluator's reference mode runs TFLM's FULLY_CONNECTED on the host (since
+    runtime commit 8217a43); against an evaluator that uses LiteRT's BUILTIN_REF
+    FULLY_CONNECTED, a differing logit must equal TFLM's two-step requantization of
+    the op's exact accumulator on the device side and LiteRT's single-rounding one
+    on the evaluator side (forge_tflm.deploy.rounding): that documented rounding,
+    at most 1 LSB, is then the only tolerated difference.
 
 A differing op is reported with its image, and the device's whole output tensor is
 dumped (--dump=OP:IMAGE) to say how many values differ and by how much. Objects and
@@ -223,6 +226,13 @@ def _explainer(binary, artifact, images, extra=()):
   return explain
 
 
+def _evaluator_fc_is_tflm() -> bool:
+  """Whether the evaluator's reference mode runs FULLY_CONNECTED with TFLM's
+  two-step requantization (forge_tflm.runtime.tflm_kernels) instead of LiteRT's."""
+  from forge_tflm.runtime import segmented
+  return "FULLY_CONNECTED" in getattr(segmented, "TFLM_HOST_BUILTINS", {})
+
+
 def _compare(target, name, run, exp, fc_in, model_bytes, explain=None):
   """Returns (identical_images, per-image notes); asserts the parity rules.
 
@@ -252,7 +262,10 @@ def _compare(target, name, run, exp, fc_in, model_bytes, explain=None):
       problems.append(f"image {n}: state of FORGE op {exp.forge_ops[f]} differs")
       if len(problems) > 40:
         break
-  # 2. The final FC: device = two-step rounding, evaluator = single rounding.
+  # 2. The final FC: device = two-step rounding; the evaluator either the same
+  #    (its reference mode runs TFLM's FULLY_CONNECTED: then no difference at all
+  #    is allowed) or LiteRT's single rounding (then exactly that difference).
+  exact = _evaluator_fc_is_tflm()
   for n in range(N_IMAGES):
     if np.array_equal(run.logits[n], exp.logits[n]):
       continue
@@ -262,8 +275,11 @@ def _compare(target, name, run, exp, fc_in, model_bytes, explain=None):
       notes.append(f"{target}/{name} image {n}: FULLY_CONNECTED (op {last}) channel {c}: "
                    f"device {run.logits[n][c]} vs evaluator {exp.logits[n][c]} ({d:+d} LSB), "
                    f"exact {fc.exact[c]:.6f}")
-      if abs(d) > 1:
-        problems.append(notes[-1] + ": more than 1 LSB")
+      if abs(d) > 1 or exact:
+        problems.append(notes[-1] + (": the evaluator's FC is TFLM's, no difference is"
+                                     " allowed" if exact else ": more than 1 LSB"))
+    if exact:
+      continue
     if not (np.array_equal(fc.double, run.logits[n]) and
             np.array_equal(fc.single, exp.logits[n])):
       problems.append(f"image {n}: FULLY_CONNECTED difference is not the documented "
