@@ -325,7 +325,7 @@ static int s8_run(const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
                   const forge_recalib_options* opts,
                   const forge_recalib_quant* quant, int32_t mode, int32_t path,
                   void* scratch, size_t scratch_bytes, const char** msg,
-                  int simd) {
+                  int simd, const forge_recalib_hooks* hooks) {
   int32_t M, c;
   int status;
   int use_lut;
@@ -371,7 +371,7 @@ static int s8_run(const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
   }
   M = N * HW;
   if (path == FORGE_RECALIB_PATH_AUTO) {
-    use_lut = M >= FORGE_RECALIB_LUT_MIN_M &&
+    use_lut = M >= (hooks != NULL ? hooks->lut_min_m : FORGE_RECALIB_LUT_MIN_M) &&
               scratch_bytes >= forge_recalib_scratch_bytes(C);
   } else {
     use_lut = path == FORGE_RECALIB_PATH_LUT;
@@ -399,6 +399,10 @@ static int s8_run(const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
       m = opts->momentum;
     }
     om = 1.0f - m;
+    if (hooks != NULL && hooks->stats != NULL &&
+        hooks->stats(x, M, C, s2, s1, s2_blk)) {
+      /* Target variant's integer sums (exact: same S1/S2). */
+    } else
 #ifdef FORGE_RECALIB_X86
     if (!(simd > 0 && forge_recalib_x86_stats(x, M, C, s2, s1, s2_blk, simd)))
 #endif
@@ -429,7 +433,12 @@ static int s8_run(const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
     coefficients(state[c], state[C + c], beta[c], gamma_abs[c], opts->eps,
                  quant, &a[c], &b[c]);
   }
-  if (use_lut) {
+  if (hooks != NULL && hooks->elementwise != NULL &&
+      hooks->elementwise(x, y, M, C, a, b, quant,
+                         use_lut ? (int8_t*)(base + (size_t)24 * (size_t)C)
+                                 : NULL)) {
+    /* Target variant's per-element pass (SPEC float32 order per element). */
+  } else if (use_lut) {
     lut_pass(x, y, M, C, a, b, quant, (int8_t*)(base + (size_t)24 * (size_t)C));
   } else {
 #ifdef FORGE_RECALIB_X86
@@ -448,7 +457,7 @@ int forge_recalib_s8_ansi_path(const int8_t* x, int8_t* y, int32_t N,
                                int32_t path, void* scratch,
                                size_t scratch_bytes, const char** msg) {
   return s8_run(x, y, N, HW, C, beta, gamma_abs, state, opts, quant, mode,
-                path, scratch, scratch_bytes, msg, 0);
+                path, scratch, scratch_bytes, msg, 0, NULL);
 }
 
 int forge_recalib_s8_ansi(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
@@ -462,6 +471,18 @@ int forge_recalib_s8_ansi(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
                                     scratch, scratch_bytes, msg);
 }
 
+int forge_recalib_s8_hooked(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
+                            int32_t C, const float* beta,
+                            const float* gamma_abs, float* state,
+                            const forge_recalib_options* opts,
+                            const forge_recalib_quant* quant, int32_t mode,
+                            int32_t path, const forge_recalib_hooks* hooks,
+                            void* scratch, size_t scratch_bytes,
+                            const char** msg) {
+  return s8_run(x, y, N, HW, C, beta, gamma_abs, state, opts, quant, mode,
+                path, scratch, scratch_bytes, msg, 0, hooks);
+}
+
 #ifdef FORGE_RECALIB_X86
 int forge_recalib_s8_x86_path(const int8_t* x, int8_t* y, int32_t N,
                               int32_t HW, int32_t C, const float* beta,
@@ -472,7 +493,7 @@ int forge_recalib_s8_x86_path(const int8_t* x, int8_t* y, int32_t N,
                               size_t scratch_bytes, const char** msg) {
   return s8_run(x, y, N, HW, C, beta, gamma_abs, state, opts, quant, mode,
                 path, scratch, scratch_bytes, msg,
-                max_isa > 0 ? max_isa : FORGE_RECALIB_X86_NONE);
+                max_isa > 0 ? max_isa : FORGE_RECALIB_X86_NONE, NULL);
 }
 
 int forge_recalib_s8_x86(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
@@ -483,6 +504,6 @@ int forge_recalib_s8_x86(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
                          const char** msg) {
   return s8_run(x, y, N, HW, C, beta, gamma_abs, state, opts, quant, mode,
                 FORGE_RECALIB_PATH_AUTO, scratch, scratch_bytes, msg,
-                FORGE_RECALIB_X86_AVX512);
+                FORGE_RECALIB_X86_AVX512, NULL);
 }
 #endif  /* FORGE_RECALIB_X86 */

@@ -178,6 +178,111 @@ int forge_recalib_s8_ansi_path(const int8_t* x, int8_t* y, int32_t N,
                                int32_t path, void* scratch,
                                size_t scratch_bytes, const char** msg);
 
+/* Internal: the hot loops a target variant may replace (forge_recalib_s8_hooked
+ * runs the whole invocation, validation and every float32 step of the SPEC
+ * included, and calls these where set). Each returns 1 when it did the work,
+ * 0 (touching nothing) to let the ansi loop run.
+ *   stats:       S1/S2 of x[M][C] into s1/s2 (s2_blk: C int32 of scratch).
+ *   elementwise: y from x with the coefficients a/b; lut is the [C][256]
+ *                table area when the table path was chosen, else NULL. */
+typedef struct {
+  int (*stats)(const int8_t* x, int32_t M, int32_t C, int64_t* s2,
+               int32_t* s1, int32_t* s2_blk);
+  int (*elementwise)(const int8_t* x, int8_t* y, int32_t M, int32_t C,
+                     const float* a, const float* b,
+                     const forge_recalib_quant* quant, int8_t* lut);
+  int32_t lut_min_m; /* AUTO takes the table from this M on */
+} forge_recalib_hooks;
+
+int forge_recalib_s8_hooked(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
+                            int32_t C, const float* beta,
+                            const float* gamma_abs, float* state,
+                            const forge_recalib_options* opts,
+                            const forge_recalib_quant* quant, int32_t mode,
+                            int32_t path, const forge_recalib_hooks* hooks,
+                            void* scratch, size_t scratch_bytes,
+                            const char** msg);
+
+/* ------------------------------------------------- MCU target variants
+ * Same contract and results, bit for bit (outputs and state), as
+ * forge_recalib_s8_ansi*: the integer sums and the table lookups are
+ * reorganized, every float32 step is the SPEC's, in its order. Each lives in
+ * its own file, which compiles to nothing off its target, so a build may list
+ * every file; forge_recalib.c (ansi) is always built.
+ *
+ *   forge_recalib_s8_cortexm  src/forge_recalib_cortexm.c  Armv7E-M / v8-M
+ *       with the DSP extension (Cortex-M4/M7/M33/M55): SIMD32 stats pass,
+ *       integer-clamped scalar affine pass, 256-entry table path.
+ *   forge_recalib_s8_mve      src/forge_recalib_mve.c  Armv8.1-M with Helium
+ *       floating point (Cortex-M55/M85): vector stats and affine passes,
+ *       gather-load table path.
+ *   forge_recalib_s8_esp32s3  (placeholder, not built): an ESP32-S3 PIE
+ *       variant would go in src/forge_recalib_esp32s3.c, guarded by
+ *       FORGE_RECALIB_ESP32S3, with the same hooks (see the stub at the end
+ *       of forge_recalib_cortexm.c); no Xtensa toolchain is available here.
+ *
+ * FORGE_RECALIB_*_AVAILABLE: the compiler targets that extension.
+ * FORGE_RECALIB_CORTEXM (set by a build that compiles the variant files):
+ * FORGE_RECALIB_S8_TARGET names the best variant available, which the TFLM
+ * kernel calls; without it (ESP-IDF, hosts, other builds) it is the ansi core. */
+#if defined(__ARM_FEATURE_DSP) && defined(__ARM_ARCH_PROFILE) && \
+    __ARM_ARCH_PROFILE == 'M'
+#define FORGE_RECALIB_CORTEXM_AVAILABLE 1
+#endif
+#if defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 2)
+#define FORGE_RECALIB_MVE_AVAILABLE 1
+#endif
+
+#if defined(FORGE_RECALIB_CORTEXM_AVAILABLE)
+int forge_recalib_s8_cortexm(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
+                             int32_t C, const float* beta,
+                             const float* gamma_abs, float* state,
+                             const forge_recalib_options* opts,
+                             const forge_recalib_quant* quant, int32_t mode,
+                             void* scratch, size_t scratch_bytes,
+                             const char** msg);
+/* Path forced (tests and benchmarks). */
+int forge_recalib_s8_cortexm_path(
+    const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
+    const float* beta, const float* gamma_abs, float* state,
+    const forge_recalib_options* opts, const forge_recalib_quant* quant,
+    int32_t mode, int32_t path, void* scratch, size_t scratch_bytes,
+    const char** msg);
+#endif
+#if defined(FORGE_RECALIB_MVE_AVAILABLE)
+int forge_recalib_s8_mve(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
+                         int32_t C, const float* beta, const float* gamma_abs,
+                         float* state, const forge_recalib_options* opts,
+                         const forge_recalib_quant* quant, int32_t mode,
+                         void* scratch, size_t scratch_bytes,
+                         const char** msg);
+int forge_recalib_s8_mve_path(const int8_t* x, int8_t* y, int32_t N,
+                              int32_t HW, int32_t C, const float* beta,
+                              const float* gamma_abs, float* state,
+                              const forge_recalib_options* opts,
+                              const forge_recalib_quant* quant, int32_t mode,
+                              int32_t path, void* scratch,
+                              size_t scratch_bytes, const char** msg);
+#endif
+#if defined(FORGE_RECALIB_ESP32S3)
+/* Placeholder: not implemented in this tree (no ESP32-S3 toolchain here). */
+int forge_recalib_s8_esp32s3(const int8_t* x, int8_t* y, int32_t N,
+                             int32_t HW, int32_t C, const float* beta,
+                             const float* gamma_abs, float* state,
+                             const forge_recalib_options* opts,
+                             const forge_recalib_quant* quant, int32_t mode,
+                             void* scratch, size_t scratch_bytes,
+                             const char** msg);
+#endif
+
+#if defined(FORGE_RECALIB_CORTEXM) && defined(FORGE_RECALIB_MVE_AVAILABLE)
+#define FORGE_RECALIB_S8_TARGET forge_recalib_s8_mve
+#elif defined(FORGE_RECALIB_CORTEXM) && defined(FORGE_RECALIB_CORTEXM_AVAILABLE)
+#define FORGE_RECALIB_S8_TARGET forge_recalib_s8_cortexm
+#else
+#define FORGE_RECALIB_S8_TARGET forge_recalib_s8_ansi
+#endif
+
 #ifdef FORGE_RECALIB_X86
 /* Host-only variant (the Python extension defines FORGE_RECALIB_X86; MCU and
  * TFLM builds never see it): same contract and results, bit for bit, as
