@@ -38,6 +38,12 @@
 #define FORGE_RECALIB_CORTEXM_LUT_MIN_M 512
 #endif
 
+static inline int16x2_t sxtb16_ror8(uint32_t w) {
+  int16x2_t r;
+  __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(w));
+  return r;
+}
+
 static inline int32_t f2i_trunc(float w) {
 #if defined(__ARM_FP) && (__ARM_FP & 4)
   float t;
@@ -76,18 +82,41 @@ static int cm_stats(const int8_t* x, int32_t M, int32_t C, int64_t* s2,
       const int8_t* p = x + (size_t)row * stride + (size_t)c0;
       int16x2_t ev = 0, od = 0;
       int32_t q0 = 0, q1 = 0, q2 = 0, q3 = 0;
-      for (; row < end; ++row, p += stride) {
+      for (; row + 2 <= end; row += 2, p += 2 * stride) {
+        uint32_t w0, w1;
+        int16x2_t e0, o0, e1, o1;
+        memcpy(&w0, p, 4); /* one (unaligned) LDR */
+        memcpy(&w1, p + stride, 4);
+        e0 = __sxtb16(w0);     /* channels c0, c0+2 */
+        o0 = sxtb16_ror8(w0);  /* channels c0+1, c0+3 */
+        e1 = __sxtb16(w1);
+        o1 = sxtb16_ror8(w1);
+        ev = __sadd16(ev, e0);
+        od = __sadd16(od, o0);
+        ev = __sadd16(ev, e1);
+        od = __sadd16(od, o1);
+        q0 = __smlabb(e0, e0, q0);
+        q2 = __smlatt(e0, e0, q2);
+        q1 = __smlabb(o0, o0, q1);
+        q3 = __smlatt(o0, o0, q3);
+        q0 = __smlabb(e1, e1, q0);
+        q2 = __smlatt(e1, e1, q2);
+        q1 = __smlabb(o1, o1, q1);
+        q3 = __smlatt(o1, o1, q3);
+      }
+      if (row < end) { /* odd row count */
         uint32_t w;
         int16x2_t e, o;
-        memcpy(&w, p, 4); /* one (unaligned) LDR */
-        e = __sxtb16(w);                       /* channels c0, c0+2 */
-        o = __sxtb16((w >> 8) | (w << 24)); /* c0+1, c0+3 */
+        memcpy(&w, p, 4);
+        e = __sxtb16(w);
+        o = sxtb16_ror8(w);
         ev = __sadd16(ev, e);
         od = __sadd16(od, o);
         q0 = __smlabb(e, e, q0);
         q2 = __smlatt(e, e, q2);
         q1 = __smlabb(o, o, q1);
         q3 = __smlatt(o, o, q3);
+        ++row;
       }
       s1[c0 + 0] += (int16_t)(ev & 0xFFFF);
       s1[c0 + 2] += (int16_t)((uint32_t)ev >> 16);
@@ -138,19 +167,51 @@ static void affine_channel(const int8_t* xp, int8_t* yp, int32_t M,
   }
 }
 
+/* Bytes of x clamped to the bytes of lim: max (usub8 x - lim sets GE where
+ * x >= lim, sel keeps x there) or min (GE where lim >= x). One asm block: the
+ * GE flags must not be separated from their sel. */
+static inline uint32_t bytes_max(uint32_t x, uint32_t lim) {
+  uint32_t r;
+  __asm__("usub8 %0, %1, %2\n\tsel %0, %1, %2" : "=&r"(r) : "r"(x), "r"(lim) : "cc");
+  return r;
+}
+static inline uint32_t bytes_min(uint32_t x, uint32_t lim) {
+  uint32_t r;
+  __asm__("usub8 %0, %2, %1\n\tsel %0, %1, %2" : "=&r"(r) : "r"(x), "r"(lim) : "cc");
+  return r;
+}
+
+/* SPEC steps for d = q - z_x up to the truncation, saturated to [0, 255]
+ * (USAT: the clamp to [lo, hi] within [0, 255] follows on packed bytes). */
+static inline uint32_t entry_u8(float d, float a, float b) {
+  const float prod = d * a;
+  const float v = prod + b;
+  return (uint32_t)__usat(f2i_trunc(v + 128.5f), 8);
+}
+
 /* Table of one channel: t[i] = y(q = i - 128). d = q - z_x runs as an exact
- * float (|d| <= 255) so each entry is the SPEC formula on the same d. */
+ * float (|d| <= 255) so each entry is the SPEC formula on the same d; four
+ * entries are packed per word and clamped bytewise. */
 static void build_table(int8_t* t, int32_t z_x, float a, float b, int32_t lo,
                         int32_t hi) {
+  const uint32_t lo4 = (uint32_t)lo * 0x01010101u;
+  const uint32_t hi4 = (uint32_t)hi * 0x01010101u;
   int32_t i;
   float d = (float)(-128 - z_x);
-  for (i = 0; i < 256; ++i, d += 1.0f) {
-    const float prod = d * a;
-    const float v = prod + b;
-    int32_t u = f2i_trunc(v + 128.5f);
-    u = u < lo ? lo : u;
-    u = u > hi ? hi : u;
-    t[i] = (int8_t)(u ^ 0x80);
+  for (i = 0; i < 256; i += 4) {
+    uint32_t w;
+    w = entry_u8(d, a, b);
+    d += 1.0f;
+    w |= entry_u8(d, a, b) << 8;
+    d += 1.0f;
+    w |= entry_u8(d, a, b) << 16;
+    d += 1.0f;
+    w |= entry_u8(d, a, b) << 24;
+    d += 1.0f;
+    if (lo != 0) w = bytes_max(w, lo4);
+    if (hi != 255) w = bytes_min(w, hi4);
+    w ^= 0x80808080u; /* y = u - 128 */
+    memcpy(t + i, &w, 4);
   }
 }
 
