@@ -255,7 +255,9 @@ TfLiteStatus Eval(TfLiteContext* context, TfLiteNode* node) {
     }
   }
   void* scratch = context->GetScratchBuffer(context, data->scratch_index);
-  const int status = forge_recalib_s8_ansi(
+  // The best variant this build compiles (forge_recalib.h: the Cortex-M DSP or
+  // Helium one when the build defines FORGE_RECALIB_CORTEXM, else ansi).
+  const int status = FORGE_RECALIB_S8_TARGET(
       tflite::micro::GetTensorData<int8_t>(x),
       tflite::micro::GetTensorData<int8_t>(y), data->n, data->hw, data->c, beta,
       gamma_abs, data->state, &data->opts, &data->quant, mode, scratch,

@@ -24,8 +24,9 @@
  *     out-of-range conversion is undefined.)
  *
  *   per element, table: the same formula per entry (256 per channel), then
- *     one LDRB per element. Chosen by AUTO from M >= 512 (measured on the
- *     QEMU Cortex-M4: test/cortexm/README.md).
+ *     one LDRB per element. Chosen by AUTO from M >= 192 (the crossover measured on the
+ *     QEMU Cortex-M4: the table costs ~2.7k instructions per channel and
+ *     saves ~15 per element; test/cortexm/README.md).
  */
 #include "forge_recalib.h"
 
@@ -35,7 +36,7 @@
 #include <string.h>
 
 #ifndef FORGE_RECALIB_CORTEXM_LUT_MIN_M
-#define FORGE_RECALIB_CORTEXM_LUT_MIN_M 512
+#define FORGE_RECALIB_CORTEXM_LUT_MIN_M 192
 #endif
 
 static inline int16x2_t sxtb16_ror8(uint32_t w) {
