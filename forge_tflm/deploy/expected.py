@@ -68,7 +68,6 @@ class _Tracer:
   def __init__(self, model, model_bytes: bytes):
     from ai_edge_litert.interpreter import Interpreter
 
-    from forge_tflm.deploy._compat import run_forge_node
     from forge_tflm.runtime import segmented
 
     self.model = model
@@ -77,7 +76,7 @@ class _Tracer:
     self._host_out = {}
 
     def kernel(node, x, mode):
-      y = run_forge_node(node, x, mode)
+      y = node.op(x, mode=mode)
       self._forge_out[id(node)] = y
       return y
 

@@ -11,7 +11,6 @@ into the model's int8 input, written as a raw file (host targets) or C arrays
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 
 import numpy as np
@@ -35,7 +34,7 @@ def corrupted_stream(data_dir: str | None, corruption: str = "gaussian_noise",
   ordering(n, k, seed)); corruptions are cached on disk as the evaluator's are."""
   from forge_tflm.corruptions import corrupt_cached
   from forge_tflm.data import load_dataset
-  from forge_tflm.deploy._compat import ordering
+  from forge_tflm.evaluation.protocol import ordering
 
   clean = load_dataset(dataset, split, data_dir).random_subset(limit, seed)
   if corruption == "clean":
@@ -48,32 +47,22 @@ def corrupted_stream(data_dir: str | None, corruption: str = "gaussian_noise",
                      images[order], np.asarray(clean.labels)[order], order)
 
 
-def _manifest(artifact_path: str) -> dict | None:
-  path = os.path.splitext(artifact_path)[0] + ".json"
-  if not os.path.exists(path):
-    return None
-  with open(path) as f:
-    return json.load(f)
-
-
-def model_input(artifact, images_uint8: np.ndarray, manifest: dict | None = None) -> np.ndarray:
+def model_input(artifact, images_uint8: np.ndarray, manifest=None) -> np.ndarray:
   """uint8 pixels -> the artifact's int8 input, as the evaluator computes it (the
   manifest's input contract, then the model's input quantization).
 
-  artifact: a .tflite path (its manifest is read from beside it) or bytes (then
-  pass `manifest`, or the default contract pixel/255 applies)."""
-  from forge_tflm.deploy._compat import input_contract
+  artifact: a forge_tflm.artifact.Artifact, a .tflite path (its manifest is read from
+  beside it) or bytes (then pass `manifest`, or the default contract pixel/255
+  applies)."""
+  from forge_tflm.artifact import Artifact, InputContract
   from forge_tflm.runtime.segmented import SegmentedModel
 
   if isinstance(artifact, (bytes, bytearray)):
-    model_bytes = bytes(artifact)
-  else:
-    with open(artifact, "rb") as f:
-      model_bytes = f.read()
-    if manifest is None:
-      manifest = _manifest(artifact)
-  contract = input_contract(manifest)
-  model = SegmentedModel(model_bytes, "reference")
+    artifact = Artifact("<bytes>", bytes(artifact), manifest)
+  elif not isinstance(artifact, Artifact):
+    artifact = Artifact.load(artifact)
+  contract = artifact.input_contract if artifact.manifest else InputContract()
+  model = SegmentedModel(artifact.model, "reference")
   return model.quantize_input(contract.to_float(np.asarray(images_uint8)))
 
 
