@@ -52,6 +52,7 @@ import numpy as np
 import pytest
 
 from tests import third_party
+from tests.deploy.parity import check_parity
 from tests.conftest import REPO_ROOT, SHARED_DATASETS
 
 CORTEXM_DIR = os.path.join(REPO_ROOT, "esp32s3_app", "cortexm")
@@ -216,33 +217,6 @@ def gen_dir_for(artifact: str, x: np.ndarray, tag: str) -> str:
   return out
 
 
-def compare(label: str, run, exp, n: int) -> tuple[int, list[str]]:
-  """The parity rules of test_host_parity; returns (identical logits, notes)."""
-  assert run.ok, (label, run.errors)
-  assert run.ops == exp.op_names and run.forge_ops == exp.forge_ops
-  assert run.logits.shape == exp.logits.shape == (n, 10)
-  problems, notes = [], []
-  for i, k in zip(*np.nonzero(run.op_checksums != exp.op_checksums)):
-    problems.append(f"image {i}: op {k} ({exp.op_names[k]}) output differs")
-    if len(problems) > 20:
-      break
-  assert np.array_equal(run.forge_checksums, exp.forge_checksums) or problems
-  if exp.forge_ops:
-    assert run.state_checksums is not None, "the app did not find FORGE's state buffers"
-    for i, f in zip(*np.nonzero(run.state_checksums != exp.state_checksums)):
-      problems.append(f"image {i}: state of FORGE op {exp.forge_ops[f]} differs")
-      if len(problems) > 40:
-        break
-  for i in range(n):
-    for c in np.nonzero(run.logits[i] != exp.logits[i])[0]:
-      d = int(run.logits[i][c]) - int(exp.logits[i][c])
-      notes.append(f"{label} image {i}: FULLY_CONNECTED channel {c}: device "
-                   f"{run.logits[i][c]} vs evaluator {exp.logits[i][c]} ({d:+d} LSB)")
-      problems.append(notes[-1])
-  assert not problems, f"{label}:\n" + "\n".join(problems)
-  return int(np.sum(np.all(run.logits == exp.logits, axis=1))), notes
-
-
 # ------------------------------------------------------------------ fixtures
 
 @pytest.fixture(scope="session")
@@ -324,7 +298,7 @@ def runs(libs, artifacts, stream):
 def _check_parity(runs, artifacts, board, name, n):
   run, exp, calib = runs.get(n)[(board, name)]
   label = f"{board} ({BOARDS[board][1]})/{name}"
-  identical, notes = compare(label, run, exp, n)
+  identical = check_parity(label, run, exp)
   assert np.array_equal(run.predictions, np.argmax(run.logits, axis=1))
   n_forge = {"forge_all": 21, "forge_3": 3, "plain": 0}[name]
   assert len(run.forge_ops) == n_forge
@@ -333,8 +307,6 @@ def _check_parity(runs, artifacts, board, name, n):
   print(f"\n{label}: {n} images, {identical}/{n} identical logits, every op before the "
         f"final FC and every FORGE state bit-identical; arena_used={run.mem['arena_used']} "
         f"forge_persistent={run.mem['forge_persistent']}; timings {TIMINGS}")
-  for note in notes:
-    print("  " + note)
 
 
 @pytest.mark.parametrize("board", sorted(BOARDS))

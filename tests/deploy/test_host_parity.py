@@ -43,6 +43,7 @@ import numpy as np
 import pytest
 
 from tests import third_party
+from tests.deploy.parity import check_parity
 from tests.conftest import REPO_ROOT, SHARED_DATASETS
 
 HOST_DIR = os.path.join(REPO_ROOT, "esp32s3_app", "host")
@@ -220,53 +221,12 @@ def _explainer(binary, artifact, images, extra=()):
   return explain
 
 
-def _compare(target, name, run, exp, explain=None):
-  """Returns (identical_images, per-image notes); asserts the parity rules.
-
-  explain(n, k) -> str describes a differing op output (first 3 differences)."""
-  assert run.ok, run.errors
-  assert run.ops == exp.op_names
-  assert run.forge_ops == exp.forge_ops
-  assert run.logits.shape == exp.logits.shape == (N_IMAGES, 10)
-  last = len(exp.op_names) - 1
-  assert exp.op_names[last] == "FULLY_CONNECTED", exp.op_names[last]
-  problems, notes = [], []
-  # 1. Every op, FORGE included, bit-identical.
-  diff = run.op_checksums != exp.op_checksums
-  for n, k in zip(*np.nonzero(diff)):
-    how = f": {explain(int(n), int(k))}" if explain is not None and len(problems) < 3 else ""
-    problems.append(f"image {n}: op {k} ({exp.op_names[k]}) output differs{how}")
-    if len(problems) > 20:
-      break
-  assert np.array_equal(run.forge_checksums, exp.forge_checksums) or problems, \
-      "FORGE checksums differ although every op checksum matched"
-  # FORGE's float32 state after every image, bit for bit.
-  if exp.forge_ops:
-    assert run.state_checksums is not None, "the app did not find FORGE's state buffers"
-    for n, f in zip(*np.nonzero(run.state_checksums != exp.state_checksums)):
-      problems.append(f"image {n}: state of FORGE op {exp.forge_ops[f]} differs")
-      if len(problems) > 40:
-        break
-  # 2. The logits (the final FULLY_CONNECTED): the evaluator's reference mode runs
-  #    it with TFLM's arithmetic (forge_tflm.runtime.tflm_kernels), so no difference
-  #    at all is allowed; a miss is reported per channel.
-  for n in range(N_IMAGES):
-    for c in np.nonzero(run.logits[n] != exp.logits[n])[0]:
-      d = int(run.logits[n][c]) - int(exp.logits[n][c])
-      notes.append(f"{target}/{name} image {n}: FULLY_CONNECTED (op {last}) channel {c}: "
-                   f"device {run.logits[n][c]} vs evaluator {exp.logits[n][c]} ({d:+d} LSB)")
-      problems.append(notes[-1])
-  assert not problems, f"{target}/{name}:\n" + "\n".join(problems)
-  identical = int(np.sum(np.all(run.logits == exp.logits, axis=1)))
-  return identical, notes
-
-
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", ARTIFACTS)
 def test_device_matches_evaluator(runs, artifacts, binaries, target, name):
   run, exp = runs[(target, name)]
-  identical, notes = _compare(target, name, run, exp,
-                              _explainer(binaries[target], artifacts[name], INPUTS[name]))
+  identical = check_parity(f"{target}/{name}", run, exp,
+                           _explainer(binaries[target], artifacts[name], INPUTS[name]))
   assert np.array_equal(run.predictions, np.argmax(run.logits, axis=1))
   n_forge = {"forge_all": 21, "forge_3": 3, "plain": 0}[name]
   assert len(run.forge_ops) == n_forge
@@ -284,8 +244,6 @@ def test_device_matches_evaluator(runs, artifacts, binaries, target, name):
   hz = run.clock_hz or 1
   print("  ms/image by op type: " + ", ".join(
       f"{k} {v['ticks'] / hz * 1e3 / N_IMAGES:.2f}" for k, v in run.cost_type.items()))
-  for note in notes:
-    print("  " + note)
 
 
 def test_forge_state_and_accuracy_match_evaluator_protocol(stream, artifacts, tmp_path_factory):
@@ -363,12 +321,10 @@ def test_frozen_mode_matches_evaluator_source(runs, artifacts, binaries, stream,
   assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
   run = deploy.parse_app_output(r.stdout)
   assert run.header["mode"] == "frozen"
-  identical, notes = _compare(target, f"{name}-frozen", run, exp,
-                              _explainer(binaries[target], path, images, ["--frozen"]))
+  identical = check_parity(f"{target}/{name}-frozen", run, exp,
+                           _explainer(binaries[target], path, images, ["--frozen"]))
   # Frozen: the state never leaves the clean targets; adapting changed the outputs.
   assert np.all(run.state_checksums == run.state_checksums[0])
   adapt = runs[(target, name)][0]
   assert np.any(adapt.forge_checksums[1:] != run.forge_checksums[1:])
   print(f"\n{target}/{name} frozen: {identical}/{N_IMAGES} images with identical logits")
-  for note in notes:
-    print("  " + note)
