@@ -76,10 +76,10 @@ def _timed(key):
 
 # ---------------------------------------------------------------- artifacts
 
-def _converter_hash() -> str:
+def _converter_hash(model: str = MODEL) -> str:
   """Model bytes + converter sources: a converter change reconverts."""
   h = hashlib.sha256()
-  with open(MODEL, "rb") as f:
+  with open(model, "rb") as f:
     h.update(f.read())
   for path in sorted(glob.glob(os.path.join(REPO_ROOT, "converter", "*.py")) +
                      glob.glob(os.path.join(REPO_ROOT, "forge_tflm", "ops", "*.py")) +
@@ -89,8 +89,8 @@ def _converter_hash() -> str:
   return h.hexdigest()[:16]
 
 
-def _convert(out_dir: str, args: list[str]) -> None:
-  cmd = [sys.executable, "-m", "forge_tflm.cli.main", "convert", f"--model={MODEL}",
+def _convert(out_dir: str, args: list[str], model: str = MODEL) -> None:
+  cmd = [sys.executable, "-m", "forge_tflm.cli.main", "convert", f"--model={model}",
          f"--data_dir={DATA_DIR}"] + args
   r = subprocess.run(["nice"] + cmd, capture_output=True, text=True, cwd=REPO_ROOT)
   assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr[-4000:]}"
@@ -128,8 +128,11 @@ def _dataset_cache(tmp_path_factory):
 
 # ------------------------------------------------------------------ binaries
 
-def _make(kernels: str, goals: list[str] = (), binary: str = "forge_app_host") -> str:
-  build = os.path.join(third_party.build_cache(), "esp32s3_host", kernels)
+def _make(kernels: str, goals: list[str] = (), binary: str = "forge_app_host",
+          build_name: str | None = None, ops: list[str] | None = None) -> str:
+  """Builds esp32s3_app/host in the build cache (esp32s3_host/<build_name or kernels>);
+  ops: the OPS to compile (default: the Makefile's ResNet-20 set)."""
+  build = os.path.join(third_party.build_cache(), "esp32s3_host", build_name or kernels)
   tflm = third_party.snapshot("tflite-micro")
   esp_tflm = third_party.snapshot("esp-tflite-micro")
   args = [f"KERNELS={kernels}", f"BUILD_DIR={build}",
@@ -138,6 +141,8 @@ def _make(kernels: str, goals: list[str] = (), binary: str = "forge_app_host") -
     args.append(f"TFLM_DIR={tflm}")
   else:
     args += [f"TFLM_DIR={esp_tflm}", f"ESP_NN_DIR={third_party.snapshot('esp-nn')}"]
+  if ops:
+    args.append("OPS=" + " ".join(ops))
   with _locked(build + ".lock"):
     r = subprocess.run(["nice", "make", "-C", HOST_DIR, "-j2"] + list(goals) + args,
                        capture_output=True, text=True)
