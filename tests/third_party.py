@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import subprocess
 import tarfile
 
 import pytest
@@ -80,3 +81,18 @@ def snapshot(name: str) -> str:
       tf.extractall(tmp, filter="data")
     os.replace(tmp, dest)
   return tree
+
+
+def missing_arm_tools() -> str | None:
+  """Why bare-metal Cortex-M builds cannot run here (compilers, newlib's semihosting
+  library, QEMU, make), or None."""
+  for tool in ("arm-none-eabi-gcc", "arm-none-eabi-g++", "qemu-system-arm", "make"):
+    if shutil.which(tool) is None:
+      return (f"needs {tool} (apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi "
+              f"qemu-system-arm make)")
+  r = subprocess.run(["arm-none-eabi-gcc", "-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard",
+                      "-mfpu=fpv4-sp-d16", "-print-file-name=librdimon.a"],
+                     capture_output=True, text=True)
+  if not os.path.isabs(r.stdout.strip()):
+    return "needs newlib's librdimon for arm-none-eabi (apt-get install libnewlib-arm-none-eabi)"
+  return None

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import time
 
@@ -35,17 +34,7 @@ BOARDS = {"an386": ("mps2-an386", ["cortexm"]), "an547": ("mps3-an547", ["cortex
 CASES = int(os.environ.get("FORGE_TFLM_VARIANT_CASES", "400"))
 
 
-def missing_tools() -> str | None:
-  for tool in ("arm-none-eabi-gcc", "qemu-system-arm", "make"):
-    if shutil.which(tool) is None:
-      return (f"needs {tool} (apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi "
-              f"qemu-system-arm make)")
-  r = subprocess.run(["arm-none-eabi-gcc", "-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard",
-                      "-mfpu=fpv4-sp-d16", "-print-file-name=librdimon.a"],
-                     capture_output=True, text=True)
-  if not os.path.isabs(r.stdout.strip()):
-    return "needs newlib's librdimon for arm-none-eabi (apt-get install libnewlib-arm-none-eabi)"
-  return None
+missing_tools = third_party.missing_arm_tools
 
 
 def build(board: str) -> str:

@@ -38,12 +38,10 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import fcntl
-import glob
 import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -53,6 +51,7 @@ import pytest
 
 from tests import third_party
 from tests.deploy.parity import check_parity
+from tests.deploy.test_host_parity import _converter_hash  # One conversion for both tests.
 from tests.conftest import REPO_ROOT, SHARED_DATASETS
 
 CORTEXM_DIR = os.path.join(REPO_ROOT, "esp32s3_app", "cortexm")
@@ -69,18 +68,7 @@ TIMINGS: dict[str, float] = {}
 
 # ------------------------------------------------------------ tools, helpers
 
-def missing_tools() -> str | None:
-  """Why the Cortex-M tests cannot run here, or None."""
-  for tool in ("arm-none-eabi-gcc", "arm-none-eabi-g++", "qemu-system-arm"):
-    if shutil.which(tool) is None:
-      return (f"needs {tool} (apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi "
-              f"qemu-system-arm)")
-  r = subprocess.run(["arm-none-eabi-gcc", "-mcpu=cortex-m4", "-mthumb", "-mfloat-abi=hard",
-                      "-mfpu=fpv4-sp-d16", "-print-file-name=librdimon.a"],
-                     capture_output=True, text=True)
-  if not os.path.isabs(r.stdout.strip()):
-    return "needs newlib's librdimon for arm-none-eabi (apt-get install libnewlib-arm-none-eabi)"
-  return None
+missing_tools = third_party.missing_arm_tools
 
 
 @contextlib.contextmanager
@@ -157,24 +145,6 @@ def run_qemu(board: str, elf: str, args: str = "", timeout: float = 1800) -> tup
   if m:
     calib = dict(f.split("=", 1) for f in m.group(1).split())
   return text, calib
-
-
-def _converter_hash() -> str:
-  """The artifact cache key of tests/deploy/test_host_parity.py (so that both tests
-  share one conversion); the same formula here if that module cannot be imported."""
-  try:
-    from tests.deploy.test_host_parity import _converter_hash as host_hash
-    return host_hash()
-  except (ImportError, AttributeError):
-    h = hashlib.sha256()
-    with open(MODEL, "rb") as f:
-      h.update(f.read())
-    for path in sorted(glob.glob(os.path.join(REPO_ROOT, "converter", "*.py")) +
-                       glob.glob(os.path.join(REPO_ROOT, "forge_tflm", "ops", "*.py")) +
-                       glob.glob(os.path.join(REPO_ROOT, "forge_tflm", "*.py"))):
-      with open(path, "rb") as f:
-        h.update(path.encode() + f.read())
-    return h.hexdigest()[:16]
 
 
 def artifact_paths() -> dict[str, str]:
