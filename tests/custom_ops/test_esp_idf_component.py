@@ -10,6 +10,7 @@ snapshot's TFLM). The non-ESP-IDF branch is configured, built and its ctest
 run for real. Build trees live in the build cache.
 """
 
+import hashlib
 import os
 import re
 import shutil
@@ -28,6 +29,13 @@ def _read(name):
   with open(os.path.join(COMPONENT, name)) as f:
     return f.read()
 
+
+
+def _cmake_build_dir(name: str) -> str:
+  """A build folder per checkout: CMake refuses a cache made from another source
+  tree, and a fresh clone (CI) shares the build cache with the developer's tree."""
+  tag = hashlib.sha256(REPO_ROOT.encode()).hexdigest()[:8]
+  return os.path.join(third_party.build_cache(), f"{name}_{tag}")
 
 def test_component_cmakelists_names_existing_sources():
   text = _read("CMakeLists.txt")
@@ -80,7 +88,7 @@ def _run(cmd, **kw):
 def test_plain_cmake_library_builds_and_core_test_passes():
   _need("cmake", "ctest", "g++")
   tflm, tp = _tflm_dirs()
-  build = os.path.join(third_party.build_cache(), "cmake_forge_recalib")
+  build = _cmake_build_dir("cmake_forge_recalib")
   _run(["cmake", "-S", COMPONENT, "-B", build, f"-DFORGE_RECALIB_TFLM_DIR={tflm}",
         f"-DFORGE_RECALIB_TFLM_THIRD_PARTY_DIR={tp}", "-DFORGE_RECALIB_BUILD_TESTS=ON"])
   _run(["cmake", "--build", build, "-j2"])
@@ -119,7 +127,7 @@ def test_esp_idf_branch_compiles_under_a_mock_idf(tmp_path):
   tflm, tp = _tflm_dirs()
   (tmp_path / "CMakeLists.txt").write_text(
       _MOCK_IDF_PROJECT.format(tflm=tflm, tp=tp, component=COMPONENT))
-  build = os.path.join(third_party.build_cache(), "cmake_forge_recalib_mock_idf")
+  build = _cmake_build_dir("cmake_forge_recalib_mock_idf")
   shutil.rmtree(build, ignore_errors=True)  # its source dir is a fresh tmp_path
   _run(["cmake", "-S", str(tmp_path), "-B", build])
   out = _run(["cmake", "--build", build, "-j2", "--verbose"])
