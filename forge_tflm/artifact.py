@@ -11,8 +11,11 @@ Manifest JSON (schema 2):
   output {quantization, dtype}, calibration {...}, bn_sites_found [names],
   sites [{name, conv, kind, op_index, channels, bn_eps, options, input_tensor,
           output_tensor, input_quantization, output_quantization,
-          preact_saturated_fraction, state_bytes, target_bytes}],
-  totals {sites, channels, state_bytes_sram, target_bytes_flash}.
+          preact_saturated_fraction, state_bytes, target_bytes, memory}],
+  totals {sites, channels, state_bytes_sram, target_bytes_flash, memory}.
+`memory` (derived, written for people and firmware budgets, ignored on read): per node
+and in total, the arena bytes FORGE adds on a 32-bit TFLM target (state, op data, TFLM's
+node bookkeeping) and its scratch (forge_tflm.ops.memory).
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ import os
 import numpy as np
 
 from forge_tflm.ops import RecalibOptions
+from forge_tflm.ops.memory import NodeMemory
 
 SCHEMA_VERSION = 2
-BYTES_PER_CHANNEL_STATE = 8    # mu, var: float32 each, in SRAM.
 BYTES_PER_CHANNEL_TARGETS = 8  # beta, |gamma|: float32 each, const (flash).
 
 
@@ -118,11 +121,15 @@ class SiteRecord:
 
   @property
   def state_bytes(self) -> int:
-    return BYTES_PER_CHANNEL_STATE * self.channels
+    return self.memory.state
 
   @property
   def target_bytes(self) -> int:
     return BYTES_PER_CHANNEL_TARGETS * self.channels
+
+  @property
+  def memory(self) -> NodeMemory:
+    return NodeMemory(self.channels)
 
   def to_json(self) -> dict:
     return {"name": self.name, "conv": self.conv, "kind": self.kind,
@@ -132,7 +139,8 @@ class SiteRecord:
             "input_quantization": self.input_quant.to_json(),
             "output_quantization": self.output_quant.to_json(),
             "preact_saturated_fraction": self.preact_saturated_fraction,
-            "state_bytes": self.state_bytes, "target_bytes": self.target_bytes}
+            "state_bytes": self.state_bytes, "target_bytes": self.target_bytes,
+            "memory": self.memory.to_json()}
 
   @classmethod
   def from_json(cls, d: dict) -> "SiteRecord":
@@ -173,6 +181,18 @@ class Manifest:
     """The clean targets (beta, |gamma|): flash, 8 B per adapted channel."""
     return sum(s.target_bytes for s in self.sites)
 
+  def memory_json(self) -> dict:
+    """FORGE's arena bytes on a 32-bit TFLM target (persistent: added to the arena;
+    scratch: the largest request, overlapping other ops' buffers, so it adds only
+    where it exceeds the model's own peak) and its flash for the targets."""
+    nodes = [s.memory for s in self.sites]
+    return {"state_bytes_sram": sum(m.state for m in nodes),
+            "op_data_bytes_32bit": sum(m.op_data for m in nodes),
+            "tflm_node_bytes_32bit": sum(m.tflm_node for m in nodes),
+            "arena_added_bytes_32bit": sum(m.persistent_arena for m in nodes),
+            "scratch_bytes_peak": max((m.scratch_table for m in nodes), default=0),
+            "target_bytes_flash": self.target_bytes}
+
   def site(self, name: str) -> SiteRecord:
     for s in self.sites:
       if s.name == name:
@@ -194,7 +214,8 @@ class Manifest:
         "sites": [s.to_json() for s in self.sites],
         "totals": {"sites": len(self.sites), "channels": self.channels,
                    "state_bytes_sram": self.state_bytes,
-                   "target_bytes_flash": self.target_bytes},
+                   "target_bytes_flash": self.target_bytes,
+                   "memory": self.memory_json()},
     }
 
   def dumps(self) -> bytes:

@@ -527,11 +527,18 @@ int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) 
   }
   {
     Line line;
-    line.Add("mem arena_size=%lu arena_used=%lu forge_persistent=%lu forge_scratch=%lu",
+    size_t state_total = 0;
+    for (uint32_t i = 0; i < g_run.num_states; ++i) state_total += g_run.state_bytes[i];
+    // forge_state: the 8*C-byte state buffers found (forge_persistent minus
+    // the op data when every op's was found: states == FORGE ops).
+    line.Add("mem arena_size=%lu arena_used=%lu forge_persistent=%lu forge_scratch=%lu "
+             "forge_state=%lu states=%lu",
              static_cast<unsigned long>(config.arena_size),
              static_cast<unsigned long>(interpreter.arena_used_bytes()),
              static_cast<unsigned long>(g_run.forge_persistent),
-             static_cast<unsigned long>(g_run.forge_scratch));
+             static_cast<unsigned long>(g_run.forge_scratch),
+             static_cast<unsigned long>(state_total),
+             static_cast<unsigned long>(g_run.num_states));
     line.Emit();
   }
 

@@ -498,6 +498,12 @@ PyMODINIT_FUNC PyInit__forge_recalib_core(void) {
       PyModule_AddIntConstant(m, "MAX_C", FORGE_RECALIB_MAX_C) != 0 ||
       PyModule_AddIntConstant(m, "MAX_OPTIONS_BYTES",
                               FORGE_RECALIB_MAX_OPTIONS_BYTES) != 0 ||
+      /* Arena accounting per node on 32-bit TFLM (forge_recalib.h). */
+      PyModule_AddIntConstant(m, "OP_DATA_BYTES_ILP32",
+                              FORGE_RECALIB_OP_DATA_BYTES_ILP32) != 0 ||
+      PyModule_AddIntConstant(m, "TFLM_NODE_BYTES_ILP32",
+                              FORGE_RECALIB_TFLM_NODE_BYTES_ILP32) != 0 ||
+      PyModule_AddIntConstant(m, "ARENA_ALIGN", FORGE_RECALIB_ARENA_ALIGN) != 0 ||
       /* Smallest N*H*W for which path "auto" uses the table (build setting);
        * which loops variant "default" runs on this machine. */
       PyModule_AddIntConstant(m, "LUT_MIN_M", FORGE_RECALIB_LUT_MIN_M) != 0 ||

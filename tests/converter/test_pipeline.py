@@ -49,6 +49,12 @@ def test_manifest_counts_and_state_bytes(converted):
   assert written["totals"]["channels"] == m.channels == channels
   assert written["totals"]["state_bytes_sram"] == m.state_bytes == 8 * channels
   assert written["totals"]["target_bytes_flash"] == m.target_bytes == 8 * channels
+  memory = written["totals"]["memory"]
+  assert memory["state_bytes_sram"] == 8 * channels
+  assert memory["arena_added_bytes_32bit"] == sum(
+      s["memory"]["arena_bytes_32bit"] for s in written["sites"]) > 8 * channels
+  assert memory["scratch_bytes_peak"] == max(s["memory"]["scratch_bytes"]
+                                             for s in written["sites"])
   assert {s.name: (s.kind, s.options.activation, s.channels) for s in m.sites} == \
       tiny_models.TINY_SITES
   artifact = Artifact.load(out, require_manifest=True)

@@ -35,6 +35,10 @@
  *   differs from the generation it last applied, then records it). No
  *   control attached: adapt, reset only by the reset hook. Another payload
  *   in the slot: Eval fails (it would be misread).
+ * Op data (persistent, per node): options, quantization constants, state and
+ *   target pointers, shape: FORGE_RECALIB_OP_DATA_BYTES_ILP32 (112 B) on 32-bit
+ *   targets, checked below. Invalid options are logged by Init, which then
+ *   allocates nothing and Prepare fails.
  * Scratch (non-persistent arena): forge_recalib_scratch_bytes(C) = 280 B/ch
  *   (stats accumulators, A/B, per-channel 256-entry LUT); define
  *   FORGE_RECALIB_NO_LUT to request only the 24 B/ch of the affine path.
@@ -53,6 +57,7 @@
 #include "tensorflow/lite/c/common.h"
 #include "tensorflow/lite/kernels/kernel_util.h"
 #include "tensorflow/lite/micro/kernels/kernel_util.h"
+#include "tensorflow/lite/micro/micro_allocator.h"  // sizes checked below
 #include "tensorflow/lite/micro/micro_context.h"
 #include "tensorflow/lite/micro/micro_log.h"
 
@@ -63,19 +68,30 @@ constexpr int kInputBeta = 1;
 constexpr int kInputGamma = 2;
 constexpr int kOutputY = 0;
 
+// Only what Eval and the reset hook need: every node pays for it (an option
+// parse error is logged by Init, which then allocates nothing).
 struct OpData {
   forge_recalib_options opts;
-  int parse_status;
-  const char* parse_msg;
   forge_recalib_quant quant;
   float* state;             // 2*C floats, persistent arena
-  const float* beta;        // constant tensor data (flatbuffer / flash)
-  const float* gamma_abs;
+  const float* beta;        // constant tensor data (flatbuffer / flash), for
+  const float* gamma_abs;   // the reset hook, which has no node
   int32_t n, hw, c;
   int scratch_index;
-  size_t scratch_bytes;
   uint32_t seen_generation;  // control->reset_generation last applied
 };
+
+// The manifest's memory figures (forge_tflm.artifact) come from these
+// constants; a 32-bit build checks them against the real layouts.
+#if UINTPTR_MAX == 0xFFFFFFFFu
+static_assert(sizeof(OpData) == FORGE_RECALIB_OP_DATA_BYTES_ILP32,
+              "update FORGE_RECALIB_OP_DATA_BYTES_ILP32 in forge_recalib.h");
+static_assert(sizeof(tflite::NodeAndRegistration) +
+                      3 * sizeof(TfLiteEvalTensor) +
+                      sizeof(tflite::ScratchBufferHandle) ==
+                  FORGE_RECALIB_TFLM_NODE_BYTES_ILP32,
+              "update FORGE_RECALIB_TFLM_NODE_BYTES_ILP32 in forge_recalib.h");
+#endif
 
 // The interpreter's control, or nullptr when none is attached; *foreign is
 // set when the external-context slot holds something else.
@@ -98,6 +114,14 @@ TfLiteStatus Fail(const char* what) {
   return kTfLiteError;
 }
 
+size_t ScratchBytes(int32_t c) {
+#ifdef FORGE_RECALIB_NO_LUT
+  return forge_recalib_scratch_bytes_affine(c);
+#else
+  return forge_recalib_scratch_bytes(c);
+#endif
+}
+
 // Per-tensor int8 quantization: (scale, zero point) or an error message.
 const char* PerTensorParams(const TfLiteTensor* t, float* scale, int32_t* zero) {
   if (t->quantization.type != kTfLiteAffineQuantization) {
@@ -117,13 +141,18 @@ const char* PerTensorParams(const TfLiteTensor* t, float* scale, int32_t* zero) 
 }
 
 void* Init(TfLiteContext* context, const char* buffer, size_t length) {
+  forge_recalib_options opts;
+  const char* msg = "";
+  if (forge_recalib::ParseOptions(reinterpret_cast<const uint8_t*>(buffer),
+                                  length, &opts, &msg) != FORGE_RECALIB_OK) {
+    Fail(msg);
+    return nullptr;
+  }
   void* raw = context->AllocatePersistentBuffer(context, sizeof(OpData));
   if (raw == nullptr) return nullptr;
   OpData* data = static_cast<OpData*>(raw);
   *data = OpData{};
-  data->parse_status = forge_recalib::ParseOptions(
-      reinterpret_cast<const uint8_t*>(buffer), length, &data->opts,
-      &data->parse_msg);
+  data->opts = opts;
   return data;
 }
 
@@ -188,12 +217,7 @@ TfLiteStatus PrepareTensors(TfLiteContext* context, TfLiteNode* node,
   bool foreign;
   const forge_tflm::ForgeRecalibControl* control = GetControl(context, &foreign);
   data->seen_generation = control != nullptr ? control->reset_generation : 0;
-#ifdef FORGE_RECALIB_NO_LUT
-  data->scratch_bytes = forge_recalib_scratch_bytes_affine(c);
-#else
-  data->scratch_bytes = forge_recalib_scratch_bytes(c);
-#endif
-  if (context->RequestScratchBufferInArena(context, data->scratch_bytes,
+  if (context->RequestScratchBufferInArena(context, ScratchBytes(c),
                                            &data->scratch_index) != kTfLiteOk) {
     return Fail("cannot request scratch buffer");
   }
@@ -203,8 +227,9 @@ TfLiteStatus PrepareTensors(TfLiteContext* context, TfLiteNode* node,
 
 TfLiteStatus Prepare(TfLiteContext* context, TfLiteNode* node) {
   OpData* data = static_cast<OpData*>(node->user_data);
-  if (data == nullptr) return Fail("Init could not allocate op data");
-  if (data->parse_status != FORGE_RECALIB_OK) return Fail(data->parse_msg);
+  if (data == nullptr) {
+    return Fail("no op data: invalid options (logged by Init) or arena full");
+  }
   if (tflite::NumInputs(node) != 3) return Fail("expects 3 inputs (x, beta, gamma_abs)");
   if (tflite::NumOutputs(node) != 1) return Fail("expects 1 output");
 
@@ -261,7 +286,7 @@ TfLiteStatus Eval(TfLiteContext* context, TfLiteNode* node) {
       tflite::micro::GetTensorData<int8_t>(x),
       tflite::micro::GetTensorData<int8_t>(y), data->n, data->hw, data->c, beta,
       gamma_abs, data->state, &data->opts, &data->quant, mode, scratch,
-      data->scratch_bytes, &msg);
+      ScratchBytes(data->c), &msg);
   if (status != FORGE_RECALIB_OK) return Fail(msg);
   return kTfLiteOk;
 }

@@ -98,6 +98,16 @@ const char* forge_recalib_path_name(int32_t code);
 #define FORGE_RECALIB_LUT_MIN_M 1024
 #endif
 
+/* Arena bytes per FORGE_RECALIB node on 32-bit TFLM targets besides its 8*C
+ * state: the kernel's op data (persistent), and TFLM's own bookkeeping for the
+ * node (NodeAndRegistration, the TfLiteEvalTensors of y, beta and gamma_abs, one
+ * ScratchBufferHandle). micro/forge_recalib_kernel.cc checks both against the
+ * real layouts on every 32-bit build; the manifest's memory figures use them.
+ * TFLM rounds each persistent buffer up to FORGE_RECALIB_ARENA_ALIGN. */
+#define FORGE_RECALIB_OP_DATA_BYTES_ILP32 112
+#define FORGE_RECALIB_TFLM_NODE_BYTES_ILP32 72
+#define FORGE_RECALIB_ARENA_ALIGN 16
+
 /* The options a model carries, in SPEC.md order, as X(field, kind) with kind
  * FLOAT, INT or the enum whose names the value takes (ACTIVATION, VARIANCE).
  * Bindings walk this list instead of naming fields, so a new option is a new
