@@ -22,6 +22,9 @@
 
 #include "forge_recalib.h"
 #include "forge_recalib_kernel.h"
+#ifdef ESP_NN
+#include "esp_nn_fc_guard.h"
+#endif
 #include "tensorflow/compiler/mlir/lite/schema/schema_utils.h"
 #include "tensorflow/lite/c/common.h"
 #include "tensorflow/lite/micro/memory_helpers.h"
@@ -400,7 +403,15 @@ TfLiteStatus FillResolver(Resolver* r) {
   if (s == kTfLiteOk) s = r->AddAveragePool2D(Wrap<5>(tflite::Register_AVERAGE_POOL_2D()));
 #endif
 #ifdef FORGE_APP_OP_FULLY_CONNECTED
+#ifdef ESP_NN
+  // ESP-NN's S3 per-channel kernel needs output widths in multiples of 8.
+  if (s == kTfLiteOk) {
+    s = r->AddFullyConnected(
+        Wrap<6>(forge_app::GuardedFullyConnected(tflite::Register_FULLY_CONNECTED())));
+  }
+#else
   if (s == kTfLiteOk) s = r->AddFullyConnected(Wrap<6>(tflite::Register_FULLY_CONNECTED()));
+#endif
 #endif
 #ifdef FORGE_APP_OP_RESHAPE
   if (s == kTfLiteOk) s = r->AddReshape(Wrap<7>(tflite::Register_RESHAPE()));
@@ -513,10 +524,15 @@ int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) 
     line.Add(" input_bytes=%lu output=", static_cast<unsigned long>(input_bytes));
     AddShape(&line, output);
     static const char* const kTraceNames[] = {"none", "forge", "all"};
-    line.Add(" clock_hz=%s mode=%s trace=%s",
+#ifdef ESP_NN
+    const int fc_guard = forge_app::TakeGuardedFullyConnectedCount();
+#else
+    const int fc_guard = 0;
+#endif
+    line.Add(" clock_hz=%s mode=%s trace=%s fc_guard=%d",
              U64(platform.clock_hz).s,
              config.adapt ? "adapt" : "frozen",
-             kTraceNames[config.trace < 0 || config.trace > 2 ? 0 : config.trace]);
+             kTraceNames[config.trace < 0 || config.trace > 2 ? 0 : config.trace], fc_guard);
     line.Emit();
   }
   for (uint32_t i = 0; i < g_run.num_ops; ++i) {

@@ -23,8 +23,11 @@
 // an operator's output tensor, as 8 hex digits):
 //   forge_app version=1 model_bytes=B ops=K forge_ops=F input=1x32x32x3
 //       input_bytes=N output=1x10 clock_hz=H mode=adapt|frozen trace=none|forge|all
+//       fc_guard=G   (G FULLY_CONNECTED nodes run TFLM's reference kernel instead
+//                     of ESP-NN's, see esp_nn_fc_guard.h; 0 without ESP-NN)
 //   op index=i name=CONV_2D forge=0|1                       (K lines, model order)
 //   mem arena_size=A arena_used=U forge_persistent=P forge_scratch=S
+//       forge_state=S8 states=F   (the 8*C-byte state buffers found, and how many)
 //   img index=n pred=c logits=l0,l1,... ticks=T [forge=h0,...] [state=h0,...]
 //       [trace=h0,...]   forge=: one checksum per FORGE op's output (trace>=forge);
 //       state=: per FORGE op, its float32 [mu..., var...] state after the image
