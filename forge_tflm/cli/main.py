@@ -24,6 +24,11 @@ SUBCOMMANDS = {
     "eval": ("forge_tflm.cli.eval_cmd",
              "stream corrupted images through the artifact and baselines; JSON/CSV/MD/PNG"),
     "train": ("forge_tflm.cli.train_cmd", "train a bundled Keras model on CIFAR/Tiny-ImageNet"),
+    "export-firmware": ("forge_tflm.cli.export_firmware_cmd",
+                        "model, images, arena size and expected outputs for a firmware"
+                        " build (esp32s3_app)"),
+    "verify-device": ("forge_tflm.cli.verify_device_cmd",
+                      "a device log (+ PPK2 capture) against the exported expected outputs"),
 }
 
 
@@ -39,11 +44,17 @@ def _usage() -> str:
   return "\n".join(lines)
 
 
-def _parse(flag_values: flags.FlagValues, argv: list[str]) -> None:
+def _parse(flag_values: flags.FlagValues, argv: list[str], positional: str | None) -> None:
+  """Parses flags; a subcommand with a `POSITIONAL` flag name also takes that flag's
+  value as its one positional argument (`forge_tflm verify-device LOG`)."""
   try:
-    flag_values(argv)
+    rest = flag_values(argv)[1:]
   except flags.Error as e:
     raise UsageError(str(e)) from e
+  if rest and positional and len(rest) == 1 and flag_values[positional].value is None:
+    flag_values[positional].value = rest[0]
+  elif rest:
+    raise UsageError(f"unexpected argument(s): {' '.join(rest)}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     print(flag_values.get_help())
     return 0
   try:
-    _parse(flag_values, sub_argv)
+    _parse(flag_values, sub_argv, getattr(module, "POSITIONAL", None))
     hide_framework_logs(not flag_values.verbose)  # Before any TensorFlow import.
     flags.FLAGS.mark_as_parsed()  # Our flags live in flag_values; absl logs anyway.
     logging.use_absl_handler()

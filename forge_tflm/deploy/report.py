@@ -43,6 +43,7 @@ class AppRun:
   done: dict
   errors: list[dict]
   tensors: dict = dataclasses.field(default_factory=dict)  # (image, op) -> int8 [bytes]
+  malformed: list = dataclasses.field(default_factory=list)  # (line number, text)
 
   @property
   def clock_hz(self) -> int:
@@ -54,54 +55,77 @@ class AppRun:
 
 
 def parse_app_output(text: str) -> AppRun:
+  """Parses a captured log; a record cut or garbled (a capture stopped mid-line) is
+  listed in `malformed` instead of raising, and the records before it stand."""
   header, ops, forge_ops, mem, cost, cost_type, done, errors = {}, [], [], {}, [], {}, {}, []
-  logits, preds, ticks, fsums, osums, ssums = [], [], [], [], [], []
+  images: list[dict] = []
   chunks: dict = {}
-  for line in text.splitlines():
+  malformed = []
+  for lineno, line in enumerate(text.splitlines(), 1):
     rec = _fields(line)
     if rec is None:
       continue
     kind, f = rec
-    if kind == "forge_app":
-      header = f
-    elif kind == "op":
-      ops.append(f["name"])
-      if f.get("forge") == "1":
-        forge_ops.append(int(f["index"]))
-    elif kind == "mem":
-      mem = {k: int(v) for k, v in f.items()}
-    elif kind == "img":
-      if int(f["index"]) != len(preds):
-        raise ValueError(f"image records out of order at {line!r}")
-      preds.append(int(f["pred"]))
-      if "logits" in f:
-        logits.append([int(v) for v in f["logits"].split(",")])
-      ticks.append(int(f.get("ticks", 0)))
-      if "forge" in f:
-        fsums.append([int(v, 16) for v in f["forge"].split(",") if v])
-      if "state" in f:
-        ssums.append([int(v, 16) for v in f["state"].split(",") if v])
-      if "trace" in f:
-        osums.append([int(v, 16) for v in f["trace"].split(",") if v])
-    elif kind == "tensor":
-      key = (int(f["image"]), int(f["op"]))
-      buf = chunks.setdefault(key, np.zeros(int(f["bytes"]), np.int8))
-      values = np.array([int(v) for v in f["values"].split(",") if v], np.int8)
-      buf[int(f["offset"]):int(f["offset"]) + len(values)] = values
-    elif kind == "cost":
-      cost.append({"name": f["name"], "calls": int(f["calls"]), "ticks": int(f["ticks"])})
-    elif kind == "cost_type":
-      cost_type[f["name"]] = {"ops": int(f["ops"]), "ticks": int(f["ticks"])}
-    elif kind == "done":
-      done = f
-    elif kind == "error":
-      errors.append(f)
-  n = len(preds)
+    try:
+      if kind == "forge_app":
+        header = f
+      elif kind == "op":
+        ops.append(f["name"])
+        if f.get("forge") == "1":
+          forge_ops.append(int(f["index"]))
+      elif kind == "mem":
+        mem = {k: int(v) for k, v in f.items()}
+      elif kind == "img":
+        images.append(_image(f, images[0] if images else None, len(images)))
+      elif kind == "tensor":
+        key = (int(f["image"]), int(f["op"]))
+        values = np.array([int(v) for v in f["values"].split(",") if v], np.int8)
+        buf = chunks.setdefault(key, np.zeros(int(f["bytes"]), np.int8))
+        buf[int(f["offset"]):int(f["offset"]) + len(values)] = values
+      elif kind == "cost":
+        cost.append({"name": f["name"], "calls": int(f["calls"]), "ticks": int(f["ticks"])})
+      elif kind == "cost_type":
+        cost_type[f["name"]] = {"ops": int(f["ops"]), "ticks": int(f["ticks"])}
+      elif kind == "done":
+        done = {"images": int(f["images"]), "status": f["status"], "ticks": int(f["ticks"])}
+      elif kind == "error":
+        errors.append(f)
+    except (KeyError, ValueError, IndexError):
+      malformed.append((lineno, line.strip()[:120]))
+  n = len(images)
+
+  def stack(key, dtype):
+    if not images or key not in images[0]:
+      return None
+    return np.array([im[key] for im in images], dtype).reshape(n, -1)
+
+  logits = stack("logits", np.int8)
   return AppRun(
       header=header, ops=ops, forge_ops=forge_ops, mem=mem,
-      logits=np.array(logits, np.int8).reshape(n, -1) if logits else np.zeros((n, 0), np.int8),
-      predictions=np.array(preds, np.int64), ticks=np.array(ticks, np.int64),
-      forge_checksums=np.array(fsums, np.uint32).reshape(n, -1) if fsums else None,
-      op_checksums=np.array(osums, np.uint32).reshape(n, -1) if osums else None,
-      state_checksums=np.array(ssums, np.uint32).reshape(n, -1) if ssums else None,
-      cost=cost, cost_type=cost_type, done=done, errors=errors, tensors=chunks)
+      logits=logits if logits is not None else np.zeros((n, 0), np.int8),
+      predictions=np.array([im["pred"] for im in images], np.int64),
+      ticks=np.array([im["ticks"] for im in images], np.int64),
+      forge_checksums=stack("forge", np.uint32), op_checksums=stack("trace", np.uint32),
+      state_checksums=stack("state", np.uint32),
+      cost=cost, cost_type=cost_type, done=done, errors=errors, tensors=chunks,
+      malformed=malformed)
+
+
+def _image(f: dict, first: dict | None, index: int) -> dict:
+  """One img record, checked against the first one (same fields, same lengths), so
+  that a line cut short is rejected whole."""
+  if int(f["index"]) != index:
+    raise ValueError(f"image {f['index']} where {index} was expected")
+  im = {"pred": int(f["pred"]), "ticks": int(f.get("ticks", 0))}
+  if "logits" in f:
+    im["logits"] = [int(v) for v in f["logits"].split(",")]
+    if not all(-128 <= v <= 127 for v in im["logits"]):
+      raise ValueError("logit out of int8 range")
+  for key in ("forge", "state", "trace"):
+    if key in f:
+      im[key] = [int(v, 16) for v in f[key].split(",") if v]
+  if first is not None:
+    if set(im) != set(first) or any(len(im[k]) != len(first[k])
+                                    for k in im if isinstance(im[k], list)):
+      raise ValueError("image record differs in shape from image 0 (cut short?)")
+  return im

@@ -1,0 +1,64 @@
+"""Write a firmware's inputs and expected outputs for one artifact and image stream.
+
+Into --output_dir (default esp32s3_app/main/generated, which the ESP-IDF app
+compiles): forge_app_data.h/.cc (the model as an alignas(16) array, the int8
+images and labels of the stream, FORGE_APP_ARENA_BYTES; the header names this
+command), images.bin (the same images, raw, for the host binary) and
+expected.json (the evaluator at batch 1 in reference kernel mode with the same
+adaptation, what `forge_tflm verify-device` compares a device log with). The
+stream is the evaluator's: `forge_tflm eval --corruptions=C --severity=S
+--limit=N --seed=K` in ordering --ordering. The artifact must match its manifest.
+"""
+
+from __future__ import annotations
+
+from absl import flags, logging
+
+from forge_tflm.deploy.export import DEFAULT_OUT
+
+POSITIONAL = "artifact"  # forge_tflm export-firmware ARTIFACT
+
+
+def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
+  flags.DEFINE_string("artifact", None, "Converted .tflite (its manifest .json beside"
+                      " it).", flag_values=fv)
+  flags.DEFINE_string("output_dir", DEFAULT_OUT, "Where to write (created).",
+                      flag_values=fv)
+  flags.DEFINE_enum("dataset", "cifar10", ["cifar10", "cifar100", "tiny_imagenet"],
+                    "Dataset of the clean images.", flag_values=fv)
+  flags.DEFINE_string("data_dir", None, "Local dataset path (as forge_tflm eval).",
+                      flag_values=fv)
+  flags.DEFINE_string("corruption", "gaussian_noise", "A corruption name, or 'clean'.",
+                      flag_values=fv)
+  flags.DEFINE_integer("severity", 5, "Severity 1-5.", lower_bound=1, upper_bound=5,
+                       flag_values=fv)
+  flags.DEFINE_integer("images", 200, "Stream length (eval's --limit).", lower_bound=1,
+                       flag_values=fv)
+  flags.DEFINE_integer("seed", 0, "Subset, corruption and ordering seed (eval's --seed).",
+                       flag_values=fv)
+  flags.DEFINE_integer("ordering", 0, "Which shuffled ordering (eval's k < --orderings).",
+                       lower_bound=0, flag_values=fv)
+  flags.DEFINE_enum("mode", "adapt", ["adapt", "frozen"], "FORGE adapting (the default)"
+                    " or frozen at its clean targets, as the firmware will run.",
+                    flag_values=fv)
+  flags.DEFINE_integer("arena_bytes", None, "TFLM arena size; default: estimated from the"
+                       " model and manifest (forge_tflm.deploy.arena).", lower_bound=1024,
+                       flag_values=fv)
+  return fv
+
+
+def run(fv: flags.FlagValues, command: str) -> int:
+  from forge_tflm.deploy.export import export_firmware
+
+  if not fv.artifact:
+    raise ValueError("which artifact? forge_tflm export-firmware ARTIFACT.tflite")
+  out = export_firmware(fv.artifact, fv.output_dir, data_dir=fv.data_dir,
+                        dataset=fv.dataset, corruption=fv.corruption,
+                        severity=fv.severity, images=fv.images, seed=fv.seed,
+                        ordering_index=fv.ordering, mode=fv.mode,
+                        arena_bytes=fv.arena_bytes, command=command)
+  logging.info("wrote %s: %d images of %s, arena %d B; expected accuracy %.2f%% with "
+               "FORGE (%s), %.2f%% frozen at the clean targets", out.out_dir, out.images,
+               out.stream, out.arena_bytes, 100 * out.accuracy, fv.mode,
+               100 * out.accuracy_source)
+  return 0

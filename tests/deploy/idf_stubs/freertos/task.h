@@ -1,0 +1,3 @@
+#pragma once
+#include "freertos/FreeRTOS.h"
+void vTaskDelay(const TickType_t xTicksToDelay);

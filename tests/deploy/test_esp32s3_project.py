@@ -1,0 +1,134 @@
+"""esp32s3_app's ESP-IDF project compiles the same app as the CI targets.
+
+There is no ESP-IDF or xtensa toolchain here, so the ESP32-S3 firmware is not built
+or run in CI (README "ESP32-S3"). What is checked:
+
+  - the app's sources: the ESP-IDF main component compiles core/sources.txt plus
+    main.cc and esp32s3_platform.cc (markers, cycle counter, console, arena) and
+    nothing else, and the host and Cortex-M Makefiles compile exactly
+    core/sources.txt plus their own main (read from `make -n`);
+  - main.cc holds only app_main;
+  - main.cc and esp32s3_platform.cc compile (-fsyntax-only) against TFLM and the
+    exported arrays, with declarations of the ESP-IDF APIs they call
+    (tests/deploy/idf_stubs, signatures as in ESP-IDF v5);
+  - the pinned esp-tflite-micro is the snapshot the CI's ESP-NN host target uses.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from tests import third_party
+from tests.conftest import REPO_ROOT
+from tests.deploy import test_cortexm as cm
+from tests.deploy import test_host_parity as host
+
+APP = os.path.join(REPO_ROOT, "esp32s3_app")
+MAIN = os.path.join(APP, "main")
+STUBS = os.path.join(REPO_ROOT, "tests", "deploy", "idf_stubs")
+
+
+def _core_sources() -> list[str]:
+  with open(os.path.join(APP, "core", "sources.txt")) as f:
+    return [line.strip() for line in f if line.strip()]
+
+
+def _compiled_app_sources(make_args: list[str], goals: list[str]) -> set[str]:
+  """esp32s3_app/ sources that `make -n -B` would compile, relative to esp32s3_app."""
+  r = subprocess.run(["make", "-n", "-B"] + goals + make_args, capture_output=True,
+                     text=True)
+  assert r.returncode == 0, r.stderr[-3000:]
+  found = set()
+  for src in re.findall(r"-c (\S+\.cc?)\b", r.stdout):
+    path = os.path.normpath(src)
+    if path.startswith(APP + os.sep):
+      found.add(os.path.relpath(path, APP))
+  return found
+
+
+def test_core_sources_list_every_core_file():
+  on_disk = sorted(f for f in os.listdir(os.path.join(APP, "core")) if f.endswith(".cc"))
+  assert sorted(_core_sources()) == on_disk
+
+
+def test_idf_main_component_compiles_the_core_and_its_own_two_files():
+  text = open(os.path.join(MAIN, "CMakeLists.txt")).read()
+  srcs = re.search(r"SRCS (.*?)\n", text).group(1).split()
+  assert srcs == ['"main.cc"', '"esp32s3_platform.cc"', "${core_srcs}",
+                  '"generated/forge_app_data.cc"']
+  assert "../core/sources.txt" in text
+  sources = sorted(f for f in os.listdir(MAIN) if f.endswith((".cc", ".c", ".cpp")))
+  assert sources == ["esp32s3_platform.cc", "main.cc"]
+
+
+@pytest.mark.parametrize("target", ["host", "cortexm"])
+def test_ci_targets_compile_the_same_core(target):
+  if shutil.which("make") is None:
+    pytest.skip("needs make")
+  if target == "host":
+    tflm, esp = third_party.snapshot("tflite-micro"), third_party.snapshot("esp-tflite-micro")
+    args = ["-C", os.path.join(APP, "host"), "KERNELS=reference", f"TFLM_DIR={tflm}",
+            f"THIRD_PARTY={os.path.join(esp, 'third_party')}", "BUILD_DIR=/nonexistent"]
+    main = "host/host_main.cc"
+    goals = ["all"]
+  else:
+    args = ["-C", os.path.join(APP, "cortexm")] + cm._make_args("an386")
+    args = [a if not a.startswith("BUILD_DIR=") else "BUILD_DIR=/nonexistent" for a in args]
+    main = "cortexm/cortexm_main.cc"
+    goals = ["lib"]
+  compiled = _compiled_app_sources(args, goals)
+  core = {f"core/{name}" for name in _core_sources()}
+  assert compiled - {"cortexm/startup.c"} == core | {main}, compiled
+
+
+def test_main_cc_holds_only_app_main():
+  text = open(os.path.join(MAIN, "main.cc")).read()
+  code = re.sub(r"//[^\n]*|#[^\n]*", "", text)
+  defs = re.findall(r"\b(\w+)\s*\([^;{)]*\)\s*\{", code)
+  assert [d for d in defs if d not in ("if", "for", "while", "switch")] == ["app_main"]
+
+
+def test_app_sources_compile_against_tflm_and_idf_declarations(tmp_path):
+  from forge_tflm import deploy
+
+  if shutil.which("g++") is None:
+    pytest.skip("needs g++")
+  gen = tmp_path / "generated"
+  deploy.write_c_arrays(str(gen), b"\0" * 16, np.zeros((1, 4), np.int8),
+                        command="forge_tflm export-firmware (test)", arena_bytes=131072)
+  tflm = third_party.snapshot("tflite-micro")
+  tp = os.path.join(third_party.snapshot("esp-tflite-micro"), "third_party")
+  forge = os.path.join(REPO_ROOT, "custom_ops", "forge_recalib")
+  for src in ("main.cc", "esp32s3_platform.cc"):
+    r = subprocess.run(
+        ["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror",
+         "-DTF_LITE_STATIC_MEMORY", "-DESP_NN=1", f"-I{STUBS}", f"-I{MAIN}",
+         f"-I{os.path.join(APP, 'core')}", f"-I{gen}", f"-I{forge}/src", f"-I{forge}/micro",
+         "-isystem", tflm, "-isystem", f"{tp}/flatbuffers/include", "-isystem",
+         f"{tp}/gemmlowp", "-isystem", f"{tp}/ruy", os.path.join(MAIN, src)],
+        capture_output=True, text=True)
+    assert r.returncode == 0, f"{src}:\n{r.stderr[-3000:]}"
+
+
+def test_idf_component_pins_the_snapshot_the_ci_targets_use():
+  text = open(os.path.join(MAIN, "idf_component.yml")).read()
+  pin = re.search(r'espressif/esp-tflite-micro:\s*"==([\d.]+)"', text).group(1)
+  snap = third_party.snapshot("esp-tflite-micro")
+  with open(os.path.join(snap, "idf_component.yml")) as f:
+    version = re.search(r"^version:\s*\"?([\d.]+)", f.read(), re.M).group(1)
+  assert pin == version == "1.4.0"
+  op = open(os.path.join(REPO_ROOT, "custom_ops", "forge_recalib", "idf_component.yml")).read()
+  assert '"==1.4.0"' in op
+
+
+def test_host_esp_nn_target_registers_the_fc_guard():
+  """The guard is compiled in only where ESP-NN kernels are (ESP_NN=1)."""
+  text = open(os.path.join(APP, "core", "forge_app.cc")).read()
+  assert "GuardedFullyConnected" in text and "#ifdef ESP_NN" in text
+  assert host.TARGETS == ("reference", "esp_nn")
