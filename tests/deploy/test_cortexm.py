@@ -333,3 +333,24 @@ def test_cortexm_instruction_clock_and_arena(libs, artifacts, stream, board):
   print(f"\n{board}: {int(np.mean(forge.ticks)):,} instructions/inference with FORGE "
         f"(21 sites), FORGE {share:.1%}; plain {int(np.mean(plain.ticks)):,}; arena_used "
         f"{forge.mem['arena_used']:,} B with FORGE vs {plain.mem['arena_used']:,} B plain")
+
+
+@pytest.mark.parametrize("board", sorted(BOARDS))
+def test_export_firmware_runs_bit_exact_on_cortexm(libs, artifacts, tmp_path, board):
+  """What a user ships: `forge_tflm export-firmware` output linked into the board's
+  ELF, run under QEMU, and `forge_tflm verify-device` on its log: bit-exact (logits,
+  each FORGE op's output and state), exit status 0."""
+  from forge_tflm.cli.main import main as cli
+
+  gen = tmp_path / "generated"
+  with pytest.MonkeyPatch.context() as mp:
+    if "FORGE_TFLM_CACHE" not in os.environ:
+      mp.setenv("FORGE_TFLM_CACHE", str(tmp_path / "cache"))
+    assert cli(["forge_tflm", "export-firmware", artifacts["forge_all"],
+                f"--data_dir={DATA_DIR}", "--images=4", "--corruption=fog", "--seed=3",
+                f"--output_dir={gen}"]) == 0
+  elf = build_elf(board, str(gen))
+  text, _ = run_qemu(board, elf, "--trace=forge")
+  (tmp_path / "qemu.log").write_text(text)
+  assert cli(["forge_tflm", "verify-device", str(tmp_path / "qemu.log"),
+              f"--expected={gen}"]) == 0, text[-2000:]

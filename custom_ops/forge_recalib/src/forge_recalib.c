@@ -257,17 +257,25 @@ static void stats_pass(const int8_t* x, int32_t M, int32_t C, int64_t* s2,
   }
 }
 
+/* (float)v of an int64, correctly rounded (SPEC). A value that fits int32
+ * converts through int32 (one VCVT on 32-bit cores instead of libgcc's
+ * __aeabi_l2f): the same integer, the same correctly rounded float32. */
+static float i64_to_f32(int64_t v) {
+  if (v >= INT32_MIN && v <= INT32_MAX) return (float)(int32_t)v;
+  return (float)v;
+}
+
 /* SPEC step 5: A = gamma_abs/sqrt(var+eps) * r, B = (beta - mu*gs)/s_y + z_y. */
 static void coefficients(float mu, float var, float beta, float gamma_abs,
-                         float eps, const forge_recalib_quant* quant, float* a,
+                         float eps, float r, float inv_sy, float zy_f, float* a,
                          float* b) {
   float inv_std = 1.0f / sqrtf(var + eps);
   float gs = gamma_abs * inv_std;
   float mu_gs = mu * gs;
   float centered = beta - mu_gs;
-  float scaled = centered * quant->inv_sy;
-  *a = gs * quant->r;
-  *b = scaled + quant->zy_f;
+  float scaled = centered * inv_sy;
+  *a = gs * r;
+  *b = scaled + zy_f;
 }
 
 /* SPEC step 6 for one element; the clamp maps NaN to qmin. */
@@ -390,7 +398,10 @@ static int s8_run(const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
   if (mode == FORGE_RECALIB_MODE_ADAPT) {
     const int64_t m64 = M;
     const float m_f = (float)M;
-    const float mm_f = (float)(m64 * m64);
+    const float mm_f = i64_to_f32(m64 * m64);
+    const int32_t m_zx = M * quant->z_x; /* |M * z_x| <= 2^22 * 128 */
+    const float s_x = quant->s_x, sx2 = quant->sx2;
+    const int running = opts->variance == FORGE_RECALIB_VAR_RUNNING;
     float m, om;
     if (opts->use_window) {
       m = (float)N / (float)opts->window;
@@ -409,16 +420,18 @@ static int s8_run(const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
       stats_pass(x, M, C, s2, s1, s2_blk);
     for (c = 0; c < C; ++c) {
       const int64_t s1c = s1[c];
-      const float mq = (float)(s1c - m64 * quant->z_x) / m_f;
-      const float mean_b = quant->s_x * mq;
-      const float var_q = (float)(m64 * s2[c] - s1c * s1c) / mm_f;
-      const float var_b = quant->sx2 * var_q;
+      /* S1 - M*z_x in int32: |S1 - M*z_x| <= 255 * M <= 255 * 2^22 < 2^31,
+       * so it is the SPEC's int64 value, converted the same (see i64_to_f32). */
+      const float mq = (float)(s1[c] - m_zx) / m_f;
+      const float mean_b = s_x * mq;
+      const float var_q = i64_to_f32(m64 * s2[c] - s1c * s1c) / mm_f;
+      const float var_b = sx2 * var_q;
       const float mu_keep = om * state[c];
       const float mu_add = m * mean_b;
       const float mu_new = mu_keep + mu_add;
       float v_used = var_b;
       float var_keep, var_add;
-      if (opts->variance == FORGE_RECALIB_VAR_RUNNING) {
+      if (running) {
         const float d = mean_b - mu_new;
         const float d2 = d * d;
         v_used = var_b + d2;
@@ -429,9 +442,14 @@ static int s8_run(const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
       state[C + c] = var_keep + var_add;
     }
   }
-  for (c = 0; c < C; ++c) {
-    coefficients(state[c], state[C + c], beta[c], gamma_abs[c], opts->eps,
-                 quant, &a[c], &b[c]);
+  {
+    /* Loop invariants in locals: the stores to a/b may alias *quant, *opts. */
+    const float eps = opts->eps, r = quant->r, inv_sy = quant->inv_sy,
+                zy_f = quant->zy_f;
+    for (c = 0; c < C; ++c) {
+      coefficients(state[c], state[C + c], beta[c], gamma_abs[c], eps, r,
+                   inv_sy, zy_f, &a[c], &b[c]);
+    }
   }
   if (hooks != NULL && hooks->elementwise != NULL &&
       hooks->elementwise(x, y, M, C, a, b, quant,
