@@ -53,14 +53,22 @@ def _recording(layers: dict[str, object], sink: dict[str, list[np.ndarray]]):
       layer.call = originals[name]
 
 
+def record_bn_outputs(model, sites: list[BNSite], inputs: np.ndarray, batch: int = 100
+                      ) -> tuple[np.ndarray, dict[str, list[np.ndarray]]]:
+  """The model's outputs over `inputs` and each site's BN output, batch by batch."""
+  layers = {s.name: _layer_by_path(model, s.name) for s in sites}
+  sink: dict[str, list[np.ndarray]] = {}
+  outputs = []
+  with _recording(layers, sink):
+    for i in range(0, len(inputs), batch):
+      outputs.append(np.asarray(model(inputs[i:i + batch], training=False)))
+  return np.concatenate(outputs), sink
+
+
 def bn_output_ranges(model, sites: list[BNSite], inputs: np.ndarray, batch: int = 100,
                      keep: int = 200_000, seed: int = 0) -> dict[str, RangeStats]:
   """Min/max (and a value subsample) of each site's BN output over `inputs`."""
-  layers = {s.name: _layer_by_path(model, s.name) for s in sites}
-  sink: dict[str, list[np.ndarray]] = {}
-  with _recording(layers, sink):
-    for i in range(0, len(inputs), batch):
-      model(inputs[i:i + batch], training=False)
+  _, sink = record_bn_outputs(model, sites, inputs, batch)
   return range_stats(sink, keep, seed)
 
 

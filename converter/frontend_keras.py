@@ -209,9 +209,16 @@ class KerasFrontend:
   def find_sites(self) -> list[BNSite]:
     return find_keras_sites(self.model)
 
-  def quantize_int8(self, calibration_inputs: np.ndarray) -> bytes:
-    from forge_tflm.converter.quantize import convert_keras_int8
-    return convert_keras_int8(self.model, calibration_inputs)
+  def convert_tflite(self, calibration_inputs: np.ndarray) -> tuple[bytes, bytes]:
+    """(float, full-int8) TFLite flatbuffers of the model."""
+    from forge_tflm.converter.quantize import convert_keras
+    return convert_keras(self.model, None), convert_keras(self.model, calibration_inputs)
+
+  def reference(self, inputs: np.ndarray, sites: list[BNSite]):
+    """(model outputs, {site: BN output NHWC}) of the source model (Keras)."""
+    from forge_tflm.converter.calibration import record_bn_outputs
+    outputs, sink = record_bn_outputs(self.model, sites, inputs)
+    return outputs, {k: np.concatenate(v) for k, v in sink.items()}
 
   def bn_output_ranges(self, sites: list[BNSite], calibration_inputs: np.ndarray):
     from forge_tflm.converter.calibration import bn_output_ranges

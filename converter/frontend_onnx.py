@@ -9,7 +9,8 @@ the eval-mode model without constant folding, which is what fuses BN into Conv:
 
 (PRESERVE keeps an eval-mode model out of the exporter's eval peephole pass,
 which is where Conv+BN get fused; tests/converter/test_frontend_onnx.py runs
-this recipe end to end.)
+this recipe end to end.) The graph is then rewritten (onnx_rewrite.py): constants
+folded, option-A subsample+pad shortcuts turned into 1x1 convolutions.
 
 onnx2tf turns the graph into a TensorFlow SavedModel (NHWC), which is then
 quantized like the Keras path. onnx2tf fetches sample images from the internet
@@ -26,6 +27,9 @@ import tempfile
 
 import numpy as np
 
+from absl import logging
+
+from forge_tflm.converter import onnx_rewrite
 from forge_tflm.converter.sites import BNSite, ConversionError, first_line, fold_scale
 
 # The file onnx2tf looks for before downloading (onnx2tf.utils.common_functions).
@@ -97,37 +101,6 @@ class _Graph:
     if value is None:
       raise ConversionError(f"{what} ({name}) is not a constant")
     return value
-
-
-def fold_constant_plumbing(model):
-  """Turns Constant nodes, and Identity/Cast nodes of constants, into initializers.
-
-  A PyTorch export without constant folding (needed to keep BN) routes weights
-  through Identity and Clip bounds through Constant->Cast; onnx2tf's Clip
-  handler cannot take non-constant bounds, and onnxsim (which would fold them)
-  is not used. Only this plumbing is folded: BN and Conv nodes stay.
-  """
-  import onnx
-  from onnx import numpy_helper
-
-  m = onnx.ModelProto()
-  m.CopyFrom(model)
-  g = _Graph(m)
-  keep, new_inits = [], []
-  graph_outputs = {o.name for o in m.graph.output}
-  for node in m.graph.node:
-    foldable = node.op_type == "Constant" or (
-        node.op_type in ("Identity", "Cast") and g.resolve(node.input[0]) is not None)
-    if foldable and node.output[0] not in graph_outputs:
-      value = g.resolve(node.output[0])
-      if value is not None:
-        new_inits.append(numpy_helper.from_array(np.asarray(value), node.output[0]))
-        continue
-    keep.append(node)
-  del m.graph.node[:]
-  m.graph.node.extend(keep)
-  m.graph.initializer.extend(new_inits)
-  return m
 
 
 def _attr(node, name, default=None):
@@ -242,12 +215,11 @@ def input_shape_nhwc(model) -> tuple[int, int, int]:
   return (h, w, c)
 
 
-def bn_output_ranges_onnx(model, sites: list[BNSite], nhwc_inputs: np.ndarray):
-  """Min/max of each site's BN output, from onnxruntime with BN outputs exposed."""
+def run_with_bn_outputs(model, sites: list[BNSite], nhwc_inputs: np.ndarray
+                        ) -> tuple[np.ndarray, dict[str, list[np.ndarray]]]:
+  """The model's output and each site's BN output (NHWC), from onnxruntime."""
   import onnx
   import onnxruntime as ort
-
-  from forge_tflm.converter.calibration import range_stats
 
   m = onnx.ModelProto()
   m.CopyFrom(model)
@@ -258,14 +230,25 @@ def bn_output_ranges_onnx(model, sites: list[BNSite], nhwc_inputs: np.ndarray):
     m.graph.output.append(onnx.helper.make_empty_tensor_value_info(o))
   sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
   input_name = sess.get_inputs()[0].name
-  values: dict[str, list[np.ndarray]] = {o: [] for o in wanted}
+  out_name = model.graph.output[0].name
+  values: dict[str, list[np.ndarray]] = {bn_out[o]: [] for o in wanted}
+  outputs = []
   nchw = np.ascontiguousarray(nhwc_inputs.transpose(0, 3, 1, 2))
   batch = 1 if isinstance(sess.get_inputs()[0].shape[0], int) else 100
   for i in range(0, len(nchw), batch):
-    outs = sess.run(wanted, {input_name: nchw[i:i + batch]})
-    for o, v in zip(wanted, outs):
-      values[o].append(v.reshape(-1))
-  return range_stats({bn_out[o]: values[o] for o in wanted})
+    outs = sess.run([out_name] + wanted, {input_name: nchw[i:i + batch]})
+    outputs.append(outs[0])
+    for o, v in zip(wanted, outs[1:]):
+      values[bn_out[o]].append(v.transpose(0, 2, 3, 1))
+  return np.concatenate(outputs), values
+
+
+def bn_output_ranges_onnx(model, sites: list[BNSite], nhwc_inputs: np.ndarray):
+  """Min/max of each site's BN output, from onnxruntime with BN outputs exposed."""
+  from forge_tflm.converter.calibration import range_stats
+
+  _, values = run_with_bn_outputs(model, sites, nhwc_inputs)
+  return range_stats(values)
 
 
 @contextlib.contextmanager
@@ -314,16 +297,18 @@ def onnx_to_saved_model(path: str, workdir: str, calibration_nhwc: np.ndarray) -
   return out
 
 
-def convert_onnx_int8(model, calibration_nhwc: np.ndarray) -> bytes:
+def convert_onnx(model, calibration_nhwc: np.ndarray) -> tuple[bytes, bytes]:
+  """(float, full-int8) TFLite flatbuffers, both from one onnx2tf SavedModel."""
   import onnx
 
-  from forge_tflm.converter.quantize import convert_saved_model_int8
+  from forge_tflm.converter.quantize import convert_saved_model
 
   with tempfile.TemporaryDirectory(prefix="forge_onnx2tf_") as workdir:
     path = os.path.join(workdir, "model.onnx")
     onnx.save(model, path)
     saved_model = onnx_to_saved_model(path, workdir, calibration_nhwc)
-    return convert_saved_model_int8(saved_model, calibration_nhwc)
+    return (convert_saved_model(saved_model, None),
+            convert_saved_model(saved_model, calibration_nhwc))
 
 
 class OnnxFrontend:
@@ -333,7 +318,14 @@ class OnnxFrontend:
 
   def __init__(self, path: str):
     self.path = path
-    self.model = fold_constant_plumbing(load_onnx_model(path))
+    model = load_onnx_model(path)
+    self.source_model = model  # As exported: the parity gate's reference.
+    model, folded = onnx_rewrite.fold_constants(model)
+    model, shortcuts = onnx_rewrite.subsample_pad_to_conv(model)
+    if folded or shortcuts:
+      logging.info("ONNX graph: %d constant nodes folded, %d subsample+pad shortcuts as "
+                   "1x1 convolutions", folded, shortcuts)
+    self.model = model
 
   @property
   def input_shape(self) -> tuple[int, ...]:
@@ -342,8 +334,13 @@ class OnnxFrontend:
   def find_sites(self) -> list[BNSite]:
     return find_onnx_sites(self.model)
 
-  def quantize_int8(self, calibration_inputs: np.ndarray) -> bytes:
-    return convert_onnx_int8(self.model, calibration_inputs)
+  def convert_tflite(self, calibration_inputs: np.ndarray) -> tuple[bytes, bytes]:
+    return convert_onnx(self.model, calibration_inputs)
+
+  def reference(self, inputs: np.ndarray, sites: list[BNSite]):
+    """(model outputs, {site: BN output NHWC}) of the source model (onnxruntime)."""
+    outputs, values = run_with_bn_outputs(self.source_model, sites, inputs)
+    return outputs, {k: np.concatenate(v) for k, v in values.items()}
 
   def bn_output_ranges(self, sites: list[BNSite], calibration_inputs: np.ndarray):
     return bn_output_ranges_onnx(self.model, sites, calibration_inputs)

@@ -2,7 +2,7 @@
 
 TFLite op order and tensor names are converter implementation details; the
 BN-folded kernel is not. Each CONV_2D / DEPTHWISE_CONV_2D weight tensor is
-dequantized (per-channel int8) and compared with every site's folded float
+dequantized (per-channel int8; a float model's is used as it is) and compared with every site's folded float
 kernel of the same shape; a site matches when the worst per-channel error is
 within int8 rounding of that channel's range, and exactly one conv does.
 """
@@ -20,8 +20,11 @@ _TOLERANCE = 1.5 / 127
 
 
 def _dequantized_kernel(model, tensor) -> np.ndarray | None:
+  """The kernel as float: int8 per-channel dequantized, or a float model's own."""
   q = tensor.quantization
   data = tg.buffer_array(model, tensor)
+  if data is not None and data.dtype == np.float32:
+    return data.astype(np.float64)
   if data is None or q is None or q.scale is None:
     return None
   scale = np.asarray(q.scale, np.float64)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from forge_tflm.artifact import InputContract
+from forge_tflm.converter import parity
 from forge_tflm.ops import RecalibOptions
 
 
@@ -20,6 +21,9 @@ class ConvertOptions:
   preact_range: "minmax" or "percentile:<p>" (e.g. percentile:99.99) for the new
     pre-activation ranges of conv outputs whose activation moves into FORGE.
   c_array: also write <output>.cc/.h with the model as an alignas(16) array.
+  parity_check: "error" refuses a conversion whose float model differs from the
+    source beyond parity_tolerance (converter/parity.py); "warn" logs and writes it.
+  parity_images: calibration images the parity gate compares on.
   """
 
   sites: str | tuple[str, ...] = "all"
@@ -30,12 +34,21 @@ class ConvertOptions:
   calibration_seed: int = 0
   preact_range: str = "minmax"
   c_array: bool = False
+  parity_check: str = "error"
+  parity_tolerance: float = parity.DEFAULT_TOLERANCE
+  parity_images: int = parity.DEFAULT_IMAGES
 
   def __post_init__(self):
     if not isinstance(self.recalib, RecalibOptions):
       raise ValueError("recalib must be a RecalibOptions")
     if self.calibration_size < 1:
       raise ValueError("calibration_size must be >= 1")
+    if self.parity_check not in parity.MODES:
+      raise ValueError(f"parity_check must be one of {parity.MODES}, not {self.parity_check!r}")
+    if not self.parity_tolerance > 0:
+      raise ValueError(f"parity_tolerance must be > 0, got {self.parity_tolerance}")
+    if self.parity_images < 1:
+      raise ValueError("parity_images must be >= 1")
     if self.preact_range != "minmax":
       kind, _, p = self.preact_range.partition(":")
       try:

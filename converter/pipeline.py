@@ -1,9 +1,10 @@
 """`convert`: the converter as an ordered list of small passes over one context.
 
     load (frontend_keras / frontend_onnx) -> find sites (the frontend) ->
-    select (select.py) -> calibration inputs (calibration.py) -> int8 conversion
-    (quantize.py) -> match convs (match.py) -> pre-activation ranges
-    (calibration.py) -> insert FORGE_RECALIB (insert.py) -> outputs (outputs.py)
+    select (select.py) -> calibration inputs (calibration.py) -> float and int8
+    conversion (quantize.py) -> parity gate (parity.py) -> match convs (match.py) ->
+    pre-activation ranges (calibration.py) -> insert FORGE_RECALIB (insert.py) ->
+    outputs (outputs.py)
 
 Each pass reads and fills a few fields of `_Context` and calls one module, which is
 unit-tested on its own; recording BN targets (find sites) is separate from
@@ -24,7 +25,7 @@ from forge_tflm.artifact import Manifest, manifest_path
 from forge_tflm.fileio import file_sha256, write_atomically
 from forge_tflm.quiet import native_output_hidden
 from forge_tflm.converter import calibration as calib
-from forge_tflm.converter import insert, match, outputs
+from forge_tflm.converter import insert, match, outputs, parity
 from forge_tflm.converter.frontend_keras import KerasFrontend
 from forge_tflm.converter.frontend_onnx import OnnxFrontend
 from forge_tflm.converter.options import ConvertOptions
@@ -54,6 +55,8 @@ class _Context:
   sites: list[BNSite] = dataclasses.field(default_factory=list)
   calib_inputs: np.ndarray | None = None
   plain_tflite: bytes = b""
+  float_tflite: bytes = b""
+  parity: object = None  # parity.ParityReport
   op_index: dict[str, int] = dataclasses.field(default_factory=dict)
   preact: dict[str, tuple[float, int, float]] = dataclasses.field(default_factory=dict)
   model_t: object = None
@@ -102,10 +105,35 @@ def _calibration_inputs(ctx: _Context) -> None:
 def _quantize(ctx: _Context) -> None:
   t0 = time.time()
   with native_output_hidden():  # TFLiteConverter's C++ prints straight to fd 1/2.
-    ctx.plain_tflite = ctx.frontend.quantize_int8(ctx.calib_inputs)
-  logging.info("full-int8 conversion: %d bytes in %.1f s", len(ctx.plain_tflite),
+    ctx.float_tflite, ctx.plain_tflite = ctx.frontend.convert_tflite(ctx.calib_inputs)
+  logging.info("float and full-int8 conversion: %d bytes in %.1f s", len(ctx.plain_tflite),
                time.time() - t0)
   ctx.model_t = tg.load_model(ctx.plain_tflite)
+
+
+def _parity(ctx: _Context) -> None:
+  o = ctx.options
+  inputs = ctx.calib_inputs[:o.parity_images]
+  outputs, bn = ctx.frontend.reference(inputs, ctx.sites_found)
+  with native_output_hidden():
+    ctx.parity = parity.check(float_tflite=ctx.float_tflite, int8_tflite=ctx.plain_tflite,
+                              sites=ctx.sites_found, inputs=inputs, source_outputs=outputs,
+                              source_bn=bn, tolerance=o.parity_tolerance)
+  p = ctx.parity
+  worst = p.worst_site
+  logging.info("parity on %d images: float vs %s output error %.2g (worst site %s %.2g), "
+               "top-1 agreement %.1f%%; int8 vs float top-1 agreement %.1f%%", p.images,
+               ctx.frontend.name, p.output_error, worst[0] if worst else "-",
+               worst[1] if worst else 0.0, 100 * p.float_top1_agreement,
+               100 * p.int8_top1_agreement)
+  where = p.divergence()
+  if where is None:
+    return
+  msg = (f"the converted float model differs from the {ctx.frontend.name} model, {where}: "
+         "the artifact would be wrong")
+  if o.parity_check == "error":
+    raise ConversionError(msg + " (--parity_check=warn writes it anyway)")
+  logging.warning("%s; written anyway (--parity_check=warn)", msg)
 
 
 def _match(ctx: _Context) -> None:
@@ -139,7 +167,7 @@ def _insert(ctx: _Context) -> None:
   ctx.tflite = tg.save_model(ctx.model_t)
 
 
-PASSES = (_load, _find_sites, _select, _calibration_inputs, _quantize, _match,
+PASSES = (_load, _find_sites, _select, _calibration_inputs, _quantize, _parity, _match,
           _preact_ranges, _insert)
 
 
@@ -191,7 +219,7 @@ def convert(source_path: str, output: str, calibration,
       tflite=ctx.tflite, source_path=source_path, source_sha256=file_sha256(source_path),
       frontend=ctx.frontend.name, options=options, all_sites=ctx.sites_found,
       inserted=ctx.inserted, input_quant=input_quant, output_quant=output_quant,
-      command=command,
+      command=command, parity=ctx.parity.to_json() if ctx.parity else {},
       calibration={"images": int(len(ctx.calib_inputs)), "source": ctx.calibration_source,
                    "seed": options.calibration_seed, "preact_range": options.preact_range})
   files = {paths["tflite"]: ctx.tflite, paths["manifest"]: manifest.dumps()}

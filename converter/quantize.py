@@ -1,5 +1,6 @@
-"""Full-int8 conversion with TFLiteConverter: BN folded, per-channel weights,
-per-tensor activations, int8 input and output."""
+"""TFLiteConverter: full int8 (BN folded, per-channel weights, per-tensor activations,
+int8 input and output) and the float model of the same graph (BN folded, for the
+parity gate, converter/parity.py)."""
 
 from __future__ import annotations
 
@@ -20,14 +21,16 @@ def representative_dataset(images: np.ndarray, batch: int = 1):
   return generate
 
 
-def _full_int8(converter, calibration_inputs: np.ndarray) -> bytes:
+def _convert(converter, calibration_inputs: np.ndarray | None) -> bytes:
+  """Full int8 with calibration inputs, else float32."""
   import tensorflow as tf
 
-  converter.optimizations = [tf.lite.Optimize.DEFAULT]
-  converter.representative_dataset = representative_dataset(calibration_inputs)
-  converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-  converter.inference_input_type = tf.int8
-  converter.inference_output_type = tf.int8
+  if calibration_inputs is not None:
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = representative_dataset(calibration_inputs)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    converter.inference_input_type = tf.int8
+    converter.inference_output_type = tf.int8
   # Keras 3's export prints its whole signature (one line per captured variable)
   # to stdout; keep that out of the user's terminal but available at -v 1.
   captured = io.StringIO()
@@ -41,16 +44,16 @@ def _full_int8(converter, calibration_inputs: np.ndarray) -> bytes:
       logging.vlog(1, "TFLiteConverter printed:\n%s", captured.getvalue())
 
 
-def convert_keras_int8(model, calibration_inputs: np.ndarray) -> bytes:
-  """Returns the full-int8 flatbuffer of a float Keras model."""
+def convert_keras(model, calibration_inputs: np.ndarray | None) -> bytes:
+  """The full-int8 (with calibration inputs) or float flatbuffer of a Keras model."""
   import tensorflow as tf
 
-  return _full_int8(tf.lite.TFLiteConverter.from_keras_model(model), calibration_inputs)
+  return _convert(tf.lite.TFLiteConverter.from_keras_model(model), calibration_inputs)
 
 
-def convert_saved_model_int8(saved_model_dir: str, calibration_inputs: np.ndarray) -> bytes:
+def convert_saved_model(saved_model_dir: str, calibration_inputs: np.ndarray | None) -> bytes:
   """Same for a SavedModel directory (the ONNX path, via onnx2tf)."""
   import tensorflow as tf
 
-  return _full_int8(tf.lite.TFLiteConverter.from_saved_model(saved_model_dir),
-                    calibration_inputs)
+  return _convert(tf.lite.TFLiteConverter.from_saved_model(saved_model_dir),
+                  calibration_inputs)

@@ -8,7 +8,7 @@ nothing is parsed back out of tensor names.
 Manifest JSON (schema 2):
   manifest_version, model_sha256, model_bytes, source {path, sha256, frontend},
   command, input {contract, quantization {scale, zero_point}, dtype},
-  output {quantization, dtype}, calibration {...}, bn_sites_found [names],
+  output {quantization, dtype}, calibration {...}, parity {...}, bn_sites_found [names],
   sites [{name, conv, kind, op_index, channels, bn_eps, options, input_tensor,
           output_tensor, input_quantization, output_quantization,
           preact_saturated_fraction, state_bytes, target_bytes, memory}],
@@ -166,6 +166,9 @@ class Manifest:
   calibration: dict     # {"images", "source", "seed", "preact_range"}
   bn_sites_found: tuple[str, ...]
   sites: tuple[SiteRecord, ...]
+  # The converter's parity gate (converter/parity.py): float model vs source, int8 vs
+  # float; {} in manifests written before it existed.
+  parity: dict = dataclasses.field(default_factory=dict)
 
   @property
   def channels(self) -> int:
@@ -212,6 +215,7 @@ class Manifest:
         "calibration": dict(self.calibration),
         "bn_sites_found": list(self.bn_sites_found),
         "sites": [s.to_json() for s in self.sites],
+        "parity": dict(self.parity),
         "totals": {"sites": len(self.sites), "channels": self.channels,
                    "state_bytes_sram": self.state_bytes,
                    "target_bytes_flash": self.target_bytes,
@@ -235,7 +239,8 @@ class Manifest:
                  output_quant=TensorQuant.from_json(d["output"]["quantization"]),
                  calibration=dict(d["calibration"]),
                  bn_sites_found=tuple(d["bn_sites_found"]),
-                 sites=tuple(SiteRecord.from_json(s) for s in d["sites"]))
+                 sites=tuple(SiteRecord.from_json(s) for s in d["sites"]),
+                 parity=dict(d.get("parity", {})))
     except ArtifactError:
       raise
     except (KeyError, TypeError, ValueError) as e:

@@ -51,6 +51,15 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
                     flag_values=fv)
   flags.DEFINE_string("plain_output", None, "Also write the plain int8 model (no FORGE)"
                       " here, for baselines.", flag_values=fv)
+  flags.DEFINE_enum("parity_check", d.parity_check, ["error", "warn"], "The parity gate:"
+                    " a float model that differs from the source model (Keras, or"
+                    " onnxruntime) beyond --parity_tolerance is refused (error) or written"
+                    " with a warning (warn).", flag_values=fv)
+  flags.DEFINE_float("parity_tolerance", d.parity_tolerance, "Largest error, as a fraction"
+                     " of a tensor's range, of any site's BN output or the model output.",
+                     flag_values=fv)
+  flags.DEFINE_integer("parity_images", d.parity_images, "Calibration images the gate"
+                       " compares on.", lower_bound=1, flag_values=fv)
   return fv
 
 
@@ -90,7 +99,8 @@ def run(fv: flags.FlagValues, command: str) -> int:
       sites=parse_sites(fv.sites), recalib=ConvertOptions().recalib.replace(**given),
       eps_from_bn="eps" not in given, input_contract=input_contract(fv),
       calibration_size=fv.calibration_size, preact_range=fv.preact_range,
-      c_array=fv.c_array)
+      c_array=fv.c_array, parity_check=fv.parity_check,
+      parity_tolerance=fv.parity_tolerance, parity_images=fv.parity_images)
   # Options are valid: only now load TensorFlow and the data.
   from forge_tflm.quiet import import_quietly
   import_quietly("tensorflow", "keras")
@@ -103,4 +113,9 @@ def run(fv: flags.FlagValues, command: str) -> int:
   print(f"wrote {', '.join(result.written)}: {len(m.sites)} FORGE sites,"
         f" {m.channels} channels, {m.state_bytes} B state (SRAM),"
         f" {m.target_bytes} B targets (flash), {result.seconds:.1f} s")
+  p = m.parity
+  print(f"parity on {p['images']} images: float model vs source output error "
+        f"{p['float_vs_source']['output_max_error']:.2g}, top-1 agreement "
+        f"{100 * p['float_vs_source']['top1_agreement']:.1f}%; int8 vs float top-1 "
+        f"agreement {100 * p['int8_vs_float']['top1_agreement']:.1f}%")
   return 0

@@ -337,3 +337,22 @@ def test_frozen_mode_matches_evaluator_source(runs, artifacts, binaries, stream,
   adapt = runs[(target, name)][0]
   assert np.any(adapt.forge_checksums[1:] != run.forge_checksums[1:])
   print(f"\n{target}/{name} frozen: {identical}/{N_IMAGES} images with identical logits")
+
+
+def test_export_firmware_refuses_a_model_its_manifest_does_not_describe(tmp_path, artifacts,
+                                                                        capsys):
+  from forge_tflm.cli.main import main as cli
+
+  src = artifacts["forge_3"]
+  bad = tmp_path / "r20.tflite"
+  data = bytearray(open(src, "rb").read())
+  data[-1] ^= 0xFF
+  bad.write_bytes(bytes(data))
+  shutil.copy(os.path.splitext(src)[0] + ".json", tmp_path / "r20.json")
+  out = tmp_path / "gen"
+  assert cli(["forge_tflm", "export-firmware", str(bad), f"--data_dir={DATA_DIR}",
+              "--images=2", f"--output_dir={out}"]) == 1
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "sha256" in err[0], err
+  assert not out.exists() or not any(out.iterdir())  # nothing half-written
+  assert cli(["forge_tflm", "export-firmware", f"--data_dir={DATA_DIR}"]) == 1

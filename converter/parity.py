@@ -1,0 +1,147 @@
+"""The parity gate: is the converted model the source model?
+
+A front end can convert without an error and still be wrong (onnx2tf padding the W
+axis of an [N, 16, 16, 16] tensor instead of its channels cost 33 points of accuracy
+once, silently). So every conversion is checked on the first `images` calibration
+images, in two steps:
+
+  float: the float TFLite model (the same TensorFlow graph the int8 model is made
+    from, converted without quantization: BN folded) against the source model
+    (Keras, or onnxruntime for ONNX): every site's BN output (after its activation
+    where TFLite fuses it into the conv) and the model output. Error of a tensor =
+    max |tflite - source| / max |source|. Any tensor above the tolerance refuses the
+    conversion, naming the first site (in graph order) that diverges;
+  int8: the top-1 agreement of the int8 model with the float TFLite model (recorded;
+    quantization is allowed to move some predictions).
+
+Both go in the manifest (`parity`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import numpy as np
+
+from forge_tflm import tflite_graph as tg
+from forge_tflm.converter import insert, match
+from forge_tflm.converter.sites import BNSite, ConversionError
+
+MODES = ("error", "warn")
+DEFAULT_TOLERANCE = 1e-3
+DEFAULT_IMAGES = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class ParityReport:
+  images: int
+  tolerance: float
+  output_error: float                 # float TFLite vs source, model output
+  float_top1_agreement: float         # float TFLite vs source
+  site_errors: tuple[tuple[str, float], ...]  # graph order
+  int8_top1_agreement: float          # int8 TFLite vs float TFLite
+
+  @property
+  def worst_site(self) -> tuple[str, float] | None:
+    return max(self.site_errors, key=lambda kv: kv[1]) if self.site_errors else None
+
+  def divergence(self) -> str | None:
+    """None when every compared tensor is within tolerance, else where it starts."""
+    for name, err in self.site_errors:
+      if not err <= self.tolerance:
+        return (f"first at site {name!r} (BN output error {err:.3g} of its range; "
+                f"tolerance {self.tolerance:g})")
+    if not self.output_error <= self.tolerance:
+      last = f" after the last site {self.site_errors[-1][0]!r}" if self.site_errors else ""
+      return (f"at the model output{last} (error {self.output_error:.3g} of its range; "
+              f"tolerance {self.tolerance:g})")
+    return None
+
+  def to_json(self) -> dict:
+    worst = self.worst_site
+    return {"images": self.images, "tolerance": self.tolerance,
+            "float_vs_source": {"output_max_error": self.output_error,
+                                "top1_agreement": self.float_top1_agreement,
+                                "worst_site": worst[0] if worst else None,
+                                "worst_site_error": worst[1] if worst else None},
+            "int8_vs_float": {"top1_agreement": self.int8_top1_agreement}}
+
+
+def relative_error(got: np.ndarray, want: np.ndarray) -> float:
+  got = np.asarray(got, np.float64)
+  want = np.asarray(want, np.float64)
+  if got.shape != want.shape:
+    return float("inf")
+  scale = max(float(np.abs(want).max()), 1e-12) if want.size else 1.0
+  err = float(np.abs(got - want).max()) / scale if want.size else 0.0
+  return err if np.isfinite(err) else float("inf")
+
+
+def _activate(x: np.ndarray, activation: str) -> np.ndarray:
+  if activation == "relu":
+    return np.maximum(x, 0)
+  if activation == "relu6":
+    return np.clip(x, 0, 6)
+  return x
+
+
+def run_tflite(model_bytes: bytes, inputs: np.ndarray, tensors: list[int] = ()):
+  """Runs a TFLite model image by image; returns (outputs [N, ...] float, {tensor: [N, ...]})
+  with int8 inputs/outputs (de)quantized with the model's own parameters."""
+  from ai_edge_litert.interpreter import Interpreter
+
+  with warnings.catch_warnings():  # "preserve_all_tensors is for debugging": it is here.
+    warnings.simplefilter("ignore", UserWarning)
+    interp = Interpreter(model_content=model_bytes,
+                         experimental_preserve_all_tensors=bool(tensors))
+  interp.allocate_tensors()
+  inp, out = interp.get_input_details()[0], interp.get_output_details()[0]
+  outs, kept = [], {t: [] for t in tensors}
+  for x in inputs:
+    x = x[None]
+    if inp["dtype"] == np.int8:
+      s, z = inp["quantization"]
+      x = np.clip(np.round(x / s) + z, -128, 127).astype(np.int8)
+    interp.set_tensor(inp["index"], x.astype(inp["dtype"]))
+    interp.invoke()
+    y = interp.get_tensor(out["index"])
+    if out["dtype"] == np.int8:
+      s, z = out["quantization"]
+      y = (y.astype(np.float32) - z) * s
+    outs.append(y[0])
+    for t in tensors:
+      kept[t].append(interp.get_tensor(t)[0].copy())
+  return np.stack(outs), {t: np.stack(v) for t, v in kept.items()}
+
+
+def check(*, float_tflite: bytes, int8_tflite: bytes, sites: list[BNSite],
+          inputs: np.ndarray, source_outputs: np.ndarray,
+          source_bn: dict[str, np.ndarray], tolerance: float) -> ParityReport:
+  """Compares (see module). inputs: float NHWC; source_bn: site -> BN output, NHWC."""
+  model_t = tg.load_model(float_tflite)
+  try:
+    op_index = match.match_sites(model_t, sites)
+  except ConversionError:
+    op_index = {}  # Unmatched sites show as infinite errors below.
+  sg = model_t.subgraphs[0]
+  out_tensor = {s.name: int(sg.operators[op_index[s.name]].outputs[0])
+                for s in sites if s.name in op_index}
+  float_out, kept = run_tflite(float_tflite, inputs, sorted(set(out_tensor.values())))
+  site_errors = []
+  for s in sites:
+    if s.name not in out_tensor:
+      site_errors.append((s.name, float("inf")))
+      continue
+    fused = insert.fused_activation(sg.operators[op_index[s.name]])
+    want = _activate(source_bn[s.name], fused)
+    site_errors.append((s.name, relative_error(kept[out_tensor[s.name]], want)))
+  int8_out, _ = run_tflite(int8_tflite, inputs)
+  flat = lambda a: a.reshape(len(a), -1)  # noqa: E731
+  return ParityReport(
+      images=len(inputs), tolerance=tolerance,
+      output_error=relative_error(flat(float_out), flat(source_outputs)),
+      float_top1_agreement=float(np.mean(flat(float_out).argmax(1)
+                                         == flat(source_outputs).argmax(1))),
+      site_errors=tuple(site_errors),
+      int8_top1_agreement=float(np.mean(flat(int8_out).argmax(1) == flat(float_out).argmax(1))))

@@ -1,0 +1,88 @@
+"""converter/onnx_rewrite.py on hand-made graphs: folding keeps every site, the
+shortcut rewrite is exact and only takes the pattern it knows."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from forge_tflm.converter import onnx_rewrite
+
+
+def _model(nodes, inits, out_shape, in_shape=(1, 4, 8, 8)):
+  graph = helper.make_graph(
+      nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(in_shape))],
+      [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(out_shape))],
+      [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+  m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+  m.ir_version = 8
+  onnx.checker.check_model(m)
+  return m
+
+
+def _run(m, x):
+  return ort.InferenceSession(m.SerializeToString(),
+                              providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+def _shortcut_model(pad_value=0.0, pads=(0, 2, 0, 0, 0, 2, 0, 0)):
+  """x[:, :, ::2, ::2] as PyTorch exports it (two Slices, run-time int64 bounds from
+  Shape), then a channel Pad."""
+  big = np.array([np.iinfo(np.int64).max], np.int64)
+  nodes = [
+      helper.make_node("Shape", ["x"], ["shape"]),
+      helper.make_node("Gather", ["shape", "two"], ["h"], axis=0),
+      helper.make_node("Unsqueeze", ["h", "zero"], ["h1"]),
+      helper.make_node("Slice", ["x", "zero", "big", "two1", "two1"], ["s1"]),
+      helper.make_node("Slice", ["s1", "zero", "big", "three1", "two1"], ["s2"]),
+      helper.make_node("Pad", ["s2", "pads", "value"], ["p"], mode="constant"),
+      helper.make_node("Relu", ["p"], ["y"]),
+      helper.make_node("Mul", ["h1", "h1"], ["unused_h2"]),
+  ]
+  inits = {"two": np.array(2, np.int64), "zero": np.array([0], np.int64), "big": big,
+           "two1": np.array([2], np.int64), "three1": np.array([3], np.int64),
+           "pads": np.array(pads, np.int64), "value": np.array(pad_value, np.float32)}
+  c_out = 4 + pads[1] + pads[5]
+  return _model(nodes, inits, (1, c_out, 4 + pads[2] + pads[6], 4 + pads[3] + pads[7]))
+
+
+def test_fold_constants_evaluates_shape_arithmetic_and_keeps_sites():
+  bn_inits = {f"bn_{k}": np.ones(4, np.float32) for k in "sbmv"}
+  nodes = [
+      helper.make_node("Identity", ["w0"], ["w"]),
+      helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[1, 1]),
+      helper.make_node("BatchNormalization", ["c", "bn_s", "bn_b", "bn_m", "bn_v"], ["b"]),
+      helper.make_node("Shape", ["b"], ["sh"]),
+      helper.make_node("Cast", ["sh"], ["shf"], to=TensorProto.FLOAT),
+      helper.make_node("ReduceSum", ["shf"], ["n"], keepdims=0),
+      helper.make_node("Add", ["b", "n"], ["y"]),
+  ]
+  m = _model(nodes, {"w0": np.eye(4, dtype=np.float32).reshape(4, 4, 1, 1), **bn_inits},
+             (1, 4, 8, 8))
+  folded, n = onnx_rewrite.fold_constants(m)
+  assert n == 4  # Identity, Shape, Cast, ReduceSum
+  assert [x.op_type for x in folded.graph.node] == ["Conv", "BatchNormalization", "Add"]
+  x = np.random.default_rng(0).normal(size=(1, 4, 8, 8)).astype(np.float32)
+  np.testing.assert_array_equal(_run(folded, x), _run(m, x))
+
+
+def test_subsample_pad_becomes_an_exact_strided_1x1_conv():
+  m, _ = onnx_rewrite.fold_constants(_shortcut_model())
+  assert [n.op_type for n in m.graph.node] == ["Slice", "Slice", "Pad", "Relu"]
+  rewritten, n = onnx_rewrite.subsample_pad_to_conv(m)
+  assert n == 1 and [x.op_type for x in rewritten.graph.node] == ["Conv", "Relu"]
+  conv = rewritten.graph.node[0]
+  assert [a.ints for a in conv.attribute if a.name == "strides"] == [[2, 2]]
+  x = np.random.default_rng(1).normal(size=(1, 4, 8, 8)).astype(np.float32)
+  np.testing.assert_array_equal(_run(rewritten, x), _run(_shortcut_model(), x))
+
+
+@pytest.mark.parametrize("kind", ["nonzero_value", "spatial_pad"])
+def test_other_pads_are_left_alone(kind):
+  src = (_shortcut_model(pad_value=1.0) if kind == "nonzero_value"
+         else _shortcut_model(pads=(0, 2, 1, 0, 0, 2, 1, 0)))
+  m, _ = onnx_rewrite.fold_constants(src)
+  rewritten, n = onnx_rewrite.subsample_pad_to_conv(m)
+  assert n == 0 and [x.op_type for x in rewritten.graph.node] == ["Slice", "Slice", "Pad",
+                                                                   "Relu"]
