@@ -198,8 +198,10 @@ def find_onnx_sites(model) -> list[BNSite]:
                         gamma_abs=np.abs(gamma), eps=eps,
                         folded_kernel=folded.astype(np.float32)))
   if not sites:
-    raise ConversionError(f"no Conv->BatchNormalization sites in the ONNX model (were BN"
-                          " nodes folded at export? export with do_constant_folding=False)")
+    raise ConversionError("no Conv->BatchNormalization sites in the ONNX model: BN was"
+                          " folded into the convs at export (PyTorch: export with"
+                          " do_constant_folding=False, training=TrainingMode.PRESERVE;"
+                          " tf2onnx always folds BN: convert the .keras model instead)")
   return sites
 
 
