@@ -64,6 +64,7 @@ def _assert_exact(result, sites: int, int8_agreement: float = 0.85):
   assert p["float_vs_source"]["worst_site_error"] < 1e-4, p
   assert p["float_vs_source"]["top1_agreement"] == 1.0, p
   assert p["int8_vs_float"]["top1_agreement"] >= int8_agreement, p
+  print(f"\nparity: {p}")  # pytest -s shows the numbers
 
 
 @pytest.mark.parametrize("constant_folding", [False, True])
