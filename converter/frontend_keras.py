@@ -8,6 +8,7 @@ inside either. Only recording happens here; nothing is rewritten.
 from __future__ import annotations
 
 import os
+import zipfile
 from typing import Iterator
 
 import numpy as np
@@ -30,6 +31,10 @@ def load_keras_model(path: str):
       raise ConversionError(
           f"{path!r} is a SavedModel directory; convert from the .keras file (the layer"
           " graph is needed to find Conv->BN sites)")
+    if not zipfile.is_zipfile(path):
+      # Keras says "File not found" for a file that exists but is cut short.
+      raise ConversionError(f"cannot read Keras model {path!r}: not a .keras zip archive"
+                            " (truncated or another format)")
     model = keras.saving.load_model(path, compile=False)
   except ConversionError:
     raise

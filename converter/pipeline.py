@@ -177,17 +177,6 @@ def _io_quant(model_t) -> tuple[tuple[float, int], tuple[float, int]]:
           tg.per_tensor_quant(sg.tensors[sg.outputs[0]]))
 
 
-def output_paths(output: str, c_array: bool, plain_output: str | None = None) -> dict:
-  base = os.path.splitext(output)[0]
-  paths = {"tflite": output, "manifest": manifest_path(output)}
-  if c_array:
-    paths["c_header"] = base + "_model_data.h"
-    paths["c_source"] = base + "_model_data.cc"
-  if plain_output:
-    paths["plain"] = plain_output
-  return paths
-
-
 def convert(source_path: str, output: str, calibration,
             options: ConvertOptions = ConvertOptions(), command: str = "",
             plain_output: str | None = None) -> ConversionResult:
@@ -201,15 +190,10 @@ def convert(source_path: str, output: str, calibration,
   together or not at all; the source is never overwritten.
   """
   t0 = time.time()
-  if not output.endswith(".tflite"):
-    raise ConversionError(f"output must end in .tflite, got {output!r}")
-  paths = output_paths(output, options.c_array, plain_output)
   if not os.path.isfile(source_path):
     raise ConversionError(f"model {source_path!r} does not exist or is not a file")
-  src_real = os.path.realpath(source_path)
-  for p in paths.values():
-    if os.path.realpath(p) == src_real:
-      raise ConversionError(f"output {p!r} would overwrite the input model")
+  paths = outputs.output_paths(output, options.c_array, plain_output)
+  outputs.check_output_paths(paths, source_path)
   ctx = _Context(source_path, options, calibration, command)
   for step in PASSES:
     step(ctx)

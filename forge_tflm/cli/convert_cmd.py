@@ -11,6 +11,7 @@ array for firmware. Outputs appear together or not at all.
 from __future__ import annotations
 
 import json
+import os
 from absl import flags
 
 from forge_tflm.cli.recalib_flags import define_recalib_flags, recalib_flag_values
@@ -101,7 +102,15 @@ def run(fv: flags.FlagValues, command: str) -> int:
       calibration_size=fv.calibration_size, preact_range=fv.preact_range,
       c_array=fv.c_array, parity_check=fv.parity_check,
       parity_tolerance=fv.parity_tolerance, parity_images=fv.parity_images)
-  # Options are valid: only now load TensorFlow and the data.
+  # Inputs and outputs next, still before TensorFlow loads (~10 s).
+  from forge_tflm.converter import outputs
+  if not os.path.isfile(fv.model):
+    raise ValueError(f"--model {fv.model!r} does not exist or is not a file")
+  if fv.data_dir is not None and not os.path.exists(fv.data_dir):
+    raise ValueError(f"--data_dir {fv.data_dir!r} does not exist")
+  outputs.check_output_paths(outputs.output_paths(fv.output, fv.c_array, fv.plain_output),
+                             fv.model)
+  # All valid: only now load TensorFlow and the data.
   from forge_tflm.quiet import import_quietly
   import_quietly("tensorflow", "keras")
   from forge_tflm.converter.pipeline import convert

@@ -7,15 +7,17 @@ command again resumes there.
 
 from __future__ import annotations
 
+import os
+
 from absl import flags
 
-from forge_tflm.models import MODELS
+from forge_tflm.models import MODEL_NAMES
 
 
 def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
   from forge_tflm.training.train import TrainConfig
   d = TrainConfig()
-  flags.DEFINE_enum("model", d.model, sorted(MODELS), "Model to train.", flag_values=fv)
+  flags.DEFINE_enum("model", d.model, list(MODEL_NAMES), "Model to train.", flag_values=fv)
   flags.DEFINE_enum("dataset", "cifar10", ["cifar10", "cifar100", "tiny_imagenet"],
                     "Dataset name.", flag_values=fv)
   flags.DEFINE_string("data_dir", None, "Local dataset path (any supported layout);"
@@ -54,14 +56,13 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
                      flag_values=fv)
   flags.DEFINE_float("distillation_temperature", d.distillation_temperature,
                      "Softmax temperature of the distillation term.", flag_values=fv)
-  flags.DEFINE_integer("limit_train", 0, "Use only the first N (shuffled) training"
-                       " images; 0 = all. For smoke tests.", flag_values=fv)
+  flags.DEFINE_integer("limit_train", 0, "Train on a random N of the training images and"
+                       " test on a random N of the test images; 0 = all. For smoke"
+                       " tests.", lower_bound=0, flag_values=fv)
   return fv
 
 
 def run(fv: flags.FlagValues, command: str) -> int:
-  import numpy as np
-
   from forge_tflm.data import load_dataset
   from forge_tflm.training.train import TrainConfig, train
 
@@ -72,13 +73,15 @@ def run(fv: flags.FlagValues, command: str) -> int:
       jit_compile=fv.jit_compile, init_from=fv.init_from, swa_epochs=fv.swa_epochs,
       swa_learning_rate=fv.swa_learning_rate, teachers=tuple(fv.teacher),
       distillation_weight=fv.distillation_weight,
-      distillation_temperature=fv.distillation_temperature)
+      distillation_temperature=fv.distillation_temperature, limit_train=fv.limit_train)
+  for flag, path in [("--init_from", fv.init_from)] + [("--teacher", t) for t in fv.teacher]:
+    if path and not os.path.isfile(path):
+      raise ValueError(f"{flag} {path!r} does not exist or is not a file")
+  if not fv.output.endswith(".keras"):
+    raise ValueError(f"--output must end in .keras, got {fv.output!r}")
   train_set = load_dataset(fv.dataset, "train", fv.data_dir)
   test_split = "val" if fv.dataset == "tiny_imagenet" else "test"
   test_set = load_dataset(fv.dataset, test_split, fv.data_dir)
-  if fv.limit_train:
-    train_set = train_set.random_subset(fv.limit_train, config.seed)
-    test_set = test_set.take(np.arange(min(len(test_set), fv.limit_train)))
   log = train(config, train_set, test_set, fv.output, command=command)
   print(f"wrote {fv.output}: test accuracy {log['final_test_accuracy']}")
   return 0

@@ -51,9 +51,15 @@ class TrainConfig:
   teachers: tuple[str, ...] = ()
   distillation_weight: float = 0.9
   distillation_temperature: float = 4.0
+  # Smoke tests: train on a random N of the training images and test on a random N
+  # of the test images (both drawn with `seed`); 0 = all. Part of the recipe, so a
+  # checkpoint made with another N is not resumed.
+  limit_train: int = 0
 
   def __post_init__(self):
     object.__setattr__(self, "teachers", tuple(self.teachers))
+    if self.limit_train < 0:
+      raise ValueError(f"limit_train must be >= 0, got {self.limit_train}")
     if self.epochs < 1 or self.batch_size < 1:
       raise ValueError("epochs and batch_size must be positive")
     if not 0 <= self.swa_epochs <= self.epochs:
@@ -169,9 +175,14 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
 
   if not output.endswith(".keras"):
     raise ValueError(f"output must end in .keras, got {output!r}")
+  if config.limit_train:
+    train_set = train_set.random_subset(config.limit_train, config.seed)
+    if test_set is not None:  # Random, not the first N of a label-sorted split.
+      test_set = test_set.random_subset(config.limit_train, config.seed)
   keras.utils.set_random_seed(config.seed)
+  # Created by the first checkpoint write: a run that fails before its first epoch
+  # (a bad --init_from) leaves no empty folder behind.
   checkpoint_dir = checkpoint_dir or output + ".ckpt"
-  os.makedirs(checkpoint_dir, exist_ok=True)
   state_path = os.path.join(checkpoint_dir, "state.json")
   weights_path = os.path.join(checkpoint_dir, "last.keras")
   average_path = os.path.join(checkpoint_dir, "swa_average.npz")
@@ -182,12 +193,18 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
 
   history: list[dict] = []
   start_epoch = 0
+  same_recipe = False
   if os.path.exists(state_path) and os.path.exists(weights_path):
     with open(state_path) as f:
       state = json.load(f)
-    if _recipe(state.get("config", {})) != _recipe(dataclasses.asdict(config)):
+    same_recipe = _recipe(state.get("config", {})) == _recipe(dataclasses.asdict(config))
+    if not same_recipe and not state.get("finished"):
       raise ValueError(f"checkpoint in {checkpoint_dir} was made with another config;"
                        " remove it to start over")
+    if not same_recipe:
+      logging.info("%s holds a finished run of another recipe: starting a new run",
+                   checkpoint_dir)
+  if same_recipe:
     model = keras.saving.load_model(weights_path, compile=True)
     model.jit_compile = config.jit_compile  # The checkpoint's own value is restored above.
     history = state["history"]
@@ -271,6 +288,9 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
       "train_data": train_set.source,
       "train_images": len(train_set),
       "test_data": test_set.source if test_set is not None else None,
+      "test_images": len(test_set) if test_set is not None else 0,
+      "test_class_counts": (np.bincount(test_set.labels, minlength=test_set.num_classes)
+                            .tolist() if test_set is not None else []),
       "parameters": int(model.count_params()),
       "init_from_sha256": file_sha256(config.init_from) if config.init_from else None,
       "teachers_sha256": [file_sha256(p) for p in config.teachers],
@@ -283,6 +303,10 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
   }
   atomic_save_model(model, output)
   write_atomically({os.path.splitext(output)[0] + ".json": json.dumps(log, indent=2).encode()})
+  # Complete: the same command again finds nothing to do; another recipe on this
+  # output starts a new run instead of being refused as a resume.
+  write_atomically({state_path: json.dumps(
+      {"config": dataclasses.asdict(config), "history": history, "finished": True}).encode()})
   return log
 
 

@@ -86,6 +86,7 @@ def test_parse_sites():
     (["--momentum=0.1", "--window=8"], "set at most one of momentum and window"),
     (["--eps=-1"], "eps must be finite and > 0"),
     (["--window=0"], "window must be in [1, 2^31-1]"),
+    (["--sites=none", "--momentum=7"], "momentum must be a number in [0, 1]"),
 ])
 def test_invalid_forge_option_fails_before_any_conversion_work(
     setup, capsys, tmp_path, monkeypatch, extra, message):
@@ -132,3 +133,48 @@ def test_tensorflow_logging_only_with_verbose(setup, tmp_path, verbose):
     assert noise, "--verbose should show TensorFlow's logging"
   else:
     assert not noise, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("case,message", [
+    ("directory", "--output '{out}' is a directory"),
+    ("plain_is_output", "--plain_output and --output are the same file"),
+    ("training_log", "exists and was not written by forge_tflm convert"),
+    ("missing_model", "--model"),
+])
+def test_bad_paths_fail_before_any_conversion_work(setup, capsys, tmp_path, monkeypatch,
+                                                   case, message):
+  """Issue 20: these failed after ~15 s of conversion (a directory output left the
+  manifest, C array and plain model behind), or succeeded wrongly: --plain_output equal
+  to --output wrote the plain model under the FORGE name; an output beside the model
+  with its stem overwrote the training log <stem>.json with the manifest."""
+  from forge_tflm import quiet
+  from forge_tflm.converter import pipeline
+
+  def must_not_run(*args, **kwargs):
+    raise AssertionError("conversion work started before the paths were checked")
+
+  monkeypatch.setattr(quiet, "import_quietly", must_not_run)
+  monkeypatch.setattr(pipeline, "convert", must_not_run)
+  d, src, data_dir = setup
+  model = str(tmp_path / "r20.keras")
+  with open(src, "rb") as f_in, open(model, "wb") as f_out:
+    f_out.write(f_in.read())
+  out = str(tmp_path / "out.tflite")
+  extra = []
+  if case == "directory":
+    os.mkdir(out)
+  elif case == "plain_is_output":
+    extra = [f"--plain_output={out}"]
+  elif case == "training_log":
+    (tmp_path / "r20.json").write_text('{"history": [], "final_test_accuracy": 0.9}')
+    out = str(tmp_path / "r20.tflite")
+  elif case == "missing_model":
+    model = str(tmp_path / "nope.keras")
+  before = sorted(os.listdir(tmp_path))
+  code = cli.main(["forge_tflm", "convert", f"--model={model}", f"--output={out}",
+                   f"--data_dir={data_dir}", "--c_array"] + extra)
+  err = capsys.readouterr().err
+  assert code == 1 and err.count("\n") == 1 and message.format(out=out) in err, err
+  assert sorted(os.listdir(tmp_path)) == before
+  if case == "training_log":
+    assert "final_test_accuracy" in (tmp_path / "r20.json").read_text()

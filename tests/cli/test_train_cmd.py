@@ -25,6 +25,7 @@ def _stop_after(output, epochs, edit_config=lambda config: None):
   with open(state_path) as f:
     state = json.load(f)
   state["history"] = state["history"][:epochs]
+  state.pop("finished", None)
   edit_config(state["config"])
   with open(state_path, "w") as f:
     json.dump(state, f)
@@ -50,9 +51,14 @@ def test_train_writes_model_and_log_and_resumes(tmp_path, capsys):
   with open(str(tmp_path / "models" / "r20.json")) as f:
     assert json.load(f)["history"] == log["history"]
   assert os.path.getmtime(out) >= mtime
-  # Resuming with another recipe is refused instead of silently mixing runs.
+  # Resuming an unfinished run with another recipe is refused instead of silently
+  # mixing runs (also when only --limit_train differs).
+  _stop_after(out, 1)
   assert cli.main(argv[:-2] + ["--batch_size=8", "--nojit_compile"]) == 1
   assert "another config" in capsys.readouterr().err
+  assert cli.main(argv + ["--limit_train=6"]) == 1
+  assert "another config" in capsys.readouterr().err
+  assert cli.main(argv) == 0  # The same recipe finishes it.
 
   import keras
   model = keras.saving.load_model(out)
@@ -230,7 +236,8 @@ def test_train_with_teachers_distills_and_resumes(tmp_path, capsys):
   assert cli.main(argv) == 0
   with open(str(tmp_path / "student.json")) as f:
     assert [h["epoch"] for h in json.load(f)["history"]] == [1, 2]
-  # ...but not with another set of teachers.
+  # ...but an unfinished run is not resumed with another set of teachers.
+  _stop_after(out, 1)
   assert cli.main(argv[:-3] + ["--distillation_weight=0.5", "--swa_epochs=1"]) == 1
   assert "another config" in capsys.readouterr().err
 
@@ -246,3 +253,39 @@ def test_train_with_a_teacher_for_other_classes_is_a_clear_error(tmp_path, capsy
                    "--nojit_compile"]) == 1
   assert "10 classes, the data has 3" in capsys.readouterr().err
   assert not out.exists()
+
+
+def test_a_finished_run_does_not_block_a_new_recipe_on_its_output(tmp_path):
+  data_dir = _dataset(tmp_path)
+  out = str(tmp_path / "r20.keras")
+  assert cli.main(_quick_argv(data_dir) + [f"--output={out}", "--epochs=1"]) == 0
+  # Issue 20: the finished run's checkpoint made this refuse ("another config").
+  assert cli.main(_quick_argv(data_dir) + [f"--output={out}", "--epochs=2"]) == 0
+  with open(str(tmp_path / "r20.json")) as f:
+    assert [h["epoch"] for h in json.load(f)["history"]] == [1, 2]
+
+
+def test_limit_train_tests_on_a_random_subset_not_the_first_class(tmp_path):
+  data_dir = _dataset(tmp_path)  # 3 classes, the test split sorted by label
+  out = str(tmp_path / "small.keras")
+  assert cli.main(_quick_argv(data_dir) + [f"--output={out}", "--epochs=1",
+                                          "--limit_train=4"]) == 0
+  with open(str(tmp_path / "small.json")) as f:
+    log = json.load(f)
+  assert log["train_images"] == 4 and log["test_images"] == 4
+  assert log["config"]["limit_train"] == 4
+  # The first 4 test images are all class 0; a random 4 are not.
+  assert sum(1 for c in log["test_class_counts"] if c) > 1, log["test_class_counts"]
+
+
+def test_failed_init_from_leaves_no_checkpoint_folder(tmp_path, capsys):
+  data_dir = _dataset(tmp_path)
+  out = str(tmp_path / "x.keras")
+  bad = tmp_path / "broken.keras"
+  bad.write_bytes(b"not a keras file")
+  assert cli.main(_quick_argv(data_dir) + [f"--output={out}", "--epochs=1",
+                                          f"--init_from={bad}"]) == 1
+  assert not os.path.exists(out + ".ckpt")
+  assert cli.main(_quick_argv(data_dir) + [f"--output={out}", "--epochs=1",
+                                          f"--init_from={tmp_path / 'missing.keras'}"]) == 1
+  assert "--init_from" in capsys.readouterr().err.splitlines()[-1]

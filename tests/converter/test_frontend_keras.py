@@ -7,7 +7,8 @@ from keras import layers
 
 from forge_tflm.converter.frontend_keras import find_keras_sites, load_keras_model
 from forge_tflm.converter.sites import ConversionError
-from forge_tflm.models import mobilenet_v2, resnet20
+from forge_tflm.models.mobilenet_v2 import mobilenet_v2
+from forge_tflm.models.resnet_cifar import resnet20
 from tests.converter import tiny_models
 
 
@@ -97,3 +98,16 @@ def test_load_errors(tmp_path):
   bad.write_bytes(b"not a zip")
   with pytest.raises(ConversionError, match="cannot read Keras model"):
     load_keras_model(str(bad))
+
+
+def test_truncated_keras_file_says_so_not_file_not_found(tmp_path):
+  """Issue 20: Keras reported "File not found" for a .keras that exists but is cut."""
+  from forge_tflm.converter.frontend_keras import load_keras_model
+  from forge_tflm.converter.sites import ConversionError
+
+  full = tmp_path / "full.keras"
+  resnet20().save(str(full))
+  cut = tmp_path / "cut.keras"
+  cut.write_bytes(full.read_bytes()[:4000])
+  with pytest.raises(ConversionError, match="cut.keras'.*not a .keras zip archive"):
+    load_keras_model(str(cut))

@@ -4,7 +4,9 @@ import keras
 import numpy as np
 import pytest
 
-from forge_tflm.models import build_model, mobilenet_v2, resnet20
+from forge_tflm.models import build_model
+from forge_tflm.models.mobilenet_v2 import mobilenet_v2
+from forge_tflm.models.resnet_cifar import resnet20
 
 
 def conv_bn_sites(model: keras.Model) -> dict[str, tuple[str, int]]:
@@ -61,7 +63,7 @@ def test_build_model_rejects_unknown_name():
 
 
 def test_resnet_depth_must_be_6n_plus_2():
-  from forge_tflm.models import resnet_cifar
+  from forge_tflm.models.resnet_cifar import resnet_cifar
   with pytest.raises(ValueError, match="6n\\+2"):
     resnet_cifar(21)
 
