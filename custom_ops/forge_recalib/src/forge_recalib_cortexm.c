@@ -7,36 +7,52 @@
  * forge_recalib.c's (forge_recalib_s8_hooked); this file replaces the two
  * hot loops:
  *
- *   stats: four channels per 32-bit load (unaligned LDR), SXTB16 splits the
- *     word into channels {c, c+2} and {c+1, c+3}; SADD16 keeps int16 lane
- *     sums of q (exact for <= 256 rows: |256 * -128| = 2^15), SMLABB/SMLATT
- *     int32 sums of q*q (flushed to int64 with the q sums every 256 rows).
- *     Integer sums are exact in any order: S1/S2 are the ansi ones.
+ *   stats: four channels per 32-bit load (unaligned LDR), four rows per
+ *     iteration; SXTB16 splits the word into channels {c, c+2} and
+ *     {c+1, c+3}; SADD16 keeps int16 lane sums of q (exact for <= 256 rows:
+ *     |256 * -128| = 2^15), SMLABB/SMLATT int32 sums of q*q (flushed to int64
+ *     with the q sums every 256 rows). Integer sums are exact in any order:
+ *     S1/S2 are the ansi ones.
  *
- *   per element, affine: per channel (A, B in FPU registers), in SPEC order
- *     prod = (float)(q - z_x) * A; v = prod + B; w = v + 128.5f, then the
- *     clamp moved after the + 128.5f and into the integer domain, as in the
- *     x86 loops: rounding is monotonic and qmin + 128.5f, qmax + 128.5f are
- *     exact, so fl(v + 128.5f) is <= / >= them exactly when v is <= qmin /
- *     >= qmax; VCVT (float to int32, toward zero) saturates and maps NaN to
- *     0, which the integer max with qmin + 128 turns into qmin as the SPEC's
- *     `!(v >= qmin_f)` does. (VCVT is issued by inline asm: in C a NaN or
+ *   per element, affine: four adjacent channels per step (C % 4 == 0; other
+ *     channels one at a time), A and B of the four in FPU registers. Per
+ *     element, in SPEC order: d = q - z_x (SXTAB), prod = (float)d * A;
+ *     v = prod + B; w = v + 128.5f; then the clamp, moved after the + 128.5f
+ *     and into the integer domain as in the x86 loops: rounding is monotonic
+ *     and qmin + 128.5f, qmax + 128.5f are exact, so fl(v + 128.5f) is <= / >=
+ *     them exactly when v is <= qmin / >= qmax. w is truncated toward zero by
+ *     VCVT.S16.F32 #0 (fixed point, 0 fraction bits: saturates to int16, NaN
+ *     -> 0), USAT16 #8 clamps to [0, 255], which contains [lo, hi] = [qmin +
+ *     128, qmax + 128], so the result is clamp(trunc(w), lo, hi): NaN gives 0,
+ *     then lo, i.e. qmin as the SPEC's `!(v >= qmin_f)`. The four bytes are
+ *     packed (PKHBT, ORR), clamped to [lo, hi] bytewise (USUB8/SEL, only when
+ *     [lo, hi] != [0, 255]), XORed with 0x80 (y = u - 128) and stored with one
+ *     STR. (The conversions are issued by inline asm: in C a NaN or
  *     out-of-range conversion is undefined.)
  *
- *   per element, table: the same formula per entry (256 per channel), then
- *     one LDRB per element. Chosen by AUTO from M >= 192 (the crossover measured on the
- *     QEMU Cortex-M4: the table costs ~2.7k instructions per channel and
- *     saves ~15 per element; test/cortexm/README.md).
+ *   per element, table: the same formula per entry (256 per channel, eight
+ *     per step), then one LDRB per element, four channels per loaded word.
+ *     With A >= 0 finite and B finite (always, but for overflowed
+ *     coefficients) the entry is a nondecreasing function of q (every step is
+ *     monotonic), so blocks of 8 entries whose last entry is lo (first entry
+ *     is hi) are lo (hi) throughout and are filled without evaluation.
+ *     Chosen by AUTO from M >= FORGE_RECALIB_CORTEXM_LUT_MIN_M (the crossover
+ *     measured on the QEMU Cortex-M4; test/cortexm/README.md).
  */
 #include "forge_recalib.h"
 
 #if defined(FORGE_RECALIB_CORTEXM_AVAILABLE)
 
 #include <arm_acle.h>
+#include <float.h>
 #include <string.h>
 
+#if !(defined(__ARM_FP) && (__ARM_FP & 4))
+#error "forge_recalib_cortexm.c needs a single-precision FPU"
+#endif
+
 #ifndef FORGE_RECALIB_CORTEXM_LUT_MIN_M
-#define FORGE_RECALIB_CORTEXM_LUT_MIN_M 192
+#define FORGE_RECALIB_CORTEXM_LUT_MIN_M 384
 #endif
 
 static inline int16x2_t sxtb16_ror8(uint32_t w) {
@@ -45,27 +61,7 @@ static inline int16x2_t sxtb16_ror8(uint32_t w) {
   return r;
 }
 
-static inline int32_t f2i_trunc(float w) {
-#if defined(__ARM_FP) && (__ARM_FP & 4)
-  float t;
-  int32_t r;
-  __asm__("vcvt.s32.f32 %0, %1" : "=t"(t) : "t"(w));
-  __asm__("vmov %0, %1" : "=r"(r) : "t"(t));
-  return r;
-#else
-#error "forge_recalib_cortexm.c needs a single-precision FPU"
-#endif
-}
-
-/* SPEC per-element rule: returns y + 128 in [lo, hi] = [qmin+128, qmax+128]. */
-static inline int32_t requant_u(int32_t d, float a, float b, int32_t lo,
-                                int32_t hi) {
-  const float prod = (float)d * a;
-  const float v = prod + b;
-  int32_t t = f2i_trunc(v + 128.5f);
-  t = t < lo ? lo : t;
-  return t > hi ? hi : t;
-}
+/* ----------------------------------------------------------------- stats */
 
 static int cm_stats(const int8_t* x, int32_t M, int32_t C, int64_t* s2,
                     int32_t* s1, int32_t* s2_blk) {
@@ -79,33 +75,53 @@ static int cm_stats(const int8_t* x, int32_t M, int32_t C, int64_t* s2,
   for (c0 = 0; c0 + 4 <= C; c0 += 4) {
     row = 0;
     while (row < M) {
-      const int32_t end = M - row > 256 ? row + 256 : M;
+      const int32_t n = M - row > 256 ? 256 : M - row;
       const int8_t* p = x + (size_t)row * stride + (size_t)c0;
+      const int8_t* const end4 = p + (size_t)(n & ~3) * stride;
       int16x2_t ev = 0, od = 0;
       int32_t q0 = 0, q1 = 0, q2 = 0, q3 = 0;
-      for (; row + 2 <= end; row += 2, p += 2 * stride) {
-        uint32_t w0, w1;
-        int16x2_t e0, o0, e1, o1;
+      int32_t k;
+      for (; p != end4; p += 4 * stride) {
+        uint32_t w0, w1, w2, w3;
+        int16x2_t e, o;
         memcpy(&w0, p, 4); /* one (unaligned) LDR */
         memcpy(&w1, p + stride, 4);
-        e0 = __sxtb16(w0);     /* channels c0, c0+2 */
-        o0 = sxtb16_ror8(w0);  /* channels c0+1, c0+3 */
-        e1 = __sxtb16(w1);
-        o1 = sxtb16_ror8(w1);
-        ev = __sadd16(ev, e0);
-        od = __sadd16(od, o0);
-        ev = __sadd16(ev, e1);
-        od = __sadd16(od, o1);
-        q0 = __smlabb(e0, e0, q0);
-        q2 = __smlatt(e0, e0, q2);
-        q1 = __smlabb(o0, o0, q1);
-        q3 = __smlatt(o0, o0, q3);
-        q0 = __smlabb(e1, e1, q0);
-        q2 = __smlatt(e1, e1, q2);
-        q1 = __smlabb(o1, o1, q1);
-        q3 = __smlatt(o1, o1, q3);
+        memcpy(&w2, p + 2 * stride, 4);
+        memcpy(&w3, p + 3 * stride, 4);
+        e = __sxtb16(w0);    /* channels c0, c0+2 */
+        o = sxtb16_ror8(w0); /* channels c0+1, c0+3 */
+        ev = __sadd16(ev, e);
+        od = __sadd16(od, o);
+        q0 = __smlabb(e, e, q0);
+        q2 = __smlatt(e, e, q2);
+        q1 = __smlabb(o, o, q1);
+        q3 = __smlatt(o, o, q3);
+        e = __sxtb16(w1);
+        o = sxtb16_ror8(w1);
+        ev = __sadd16(ev, e);
+        od = __sadd16(od, o);
+        q0 = __smlabb(e, e, q0);
+        q2 = __smlatt(e, e, q2);
+        q1 = __smlabb(o, o, q1);
+        q3 = __smlatt(o, o, q3);
+        e = __sxtb16(w2);
+        o = sxtb16_ror8(w2);
+        ev = __sadd16(ev, e);
+        od = __sadd16(od, o);
+        q0 = __smlabb(e, e, q0);
+        q2 = __smlatt(e, e, q2);
+        q1 = __smlabb(o, o, q1);
+        q3 = __smlatt(o, o, q3);
+        e = __sxtb16(w3);
+        o = sxtb16_ror8(w3);
+        ev = __sadd16(ev, e);
+        od = __sadd16(od, o);
+        q0 = __smlabb(e, e, q0);
+        q2 = __smlatt(e, e, q2);
+        q1 = __smlabb(o, o, q1);
+        q3 = __smlatt(o, o, q3);
       }
-      if (row < end) { /* odd row count */
+      for (k = n & 3; k > 0; --k, p += stride) {
         uint32_t w;
         int16x2_t e, o;
         memcpy(&w, p, 4);
@@ -117,8 +133,8 @@ static int cm_stats(const int8_t* x, int32_t M, int32_t C, int64_t* s2,
         q2 = __smlatt(e, e, q2);
         q1 = __smlabb(o, o, q1);
         q3 = __smlatt(o, o, q3);
-        ++row;
       }
+      row += n;
       s1[c0 + 0] += (int16_t)(ev & 0xFFFF);
       s1[c0 + 2] += (int16_t)((uint32_t)ev >> 16);
       s1[c0 + 1] += (int16_t)(od & 0xFFFF);
@@ -149,7 +165,141 @@ static int cm_stats(const int8_t* x, int32_t M, int32_t C, int64_t* s2,
   return 1;
 }
 
-/* One channel, affine: rows at stride C, 4 per iteration. */
+/* ------------------------------------------------------- per element: affine
+ * The asm blocks below name FPU registers explicitly (s0-s15 work, s16-s23
+ * coefficients, s24 = 128.5f, s25 = ramp step) and list them as clobbers. */
+
+/* One row of four channels: word %[w] of q bytes -> packed u bytes in %[d0]
+ * (u = clamp(trunc(fl(fl(fl((float)(q - z_x) * A) + B) + 128.5f)), 0, 255)).
+ * Uses s0-s3, %[w], %[t], %[d0], %[d1]; %[nzx] = -z_x. */
+#define CM_AFFINE4_U8                                   \
+  "sxtab %[d0], %[nzx], %[w]\n\t"                       \
+  "sxtab %[d1], %[nzx], %[w], ror #8\n\t"               \
+  "vmov s0, s1, %[d0], %[d1]\n\t"                       \
+  "sxtab %[d0], %[nzx], %[w], ror #16\n\t"              \
+  "sxtab %[d1], %[nzx], %[w], ror #24\n\t"              \
+  "vmov s2, s3, %[d0], %[d1]\n\t"                       \
+  "vcvt.f32.s32 s0, s0\n\t"                             \
+  "vcvt.f32.s32 s1, s1\n\t"                             \
+  "vcvt.f32.s32 s2, s2\n\t"                             \
+  "vcvt.f32.s32 s3, s3\n\t"                             \
+  "vmul.f32 s0, s0, s16\n\t"                            \
+  "vmul.f32 s1, s1, s17\n\t"                            \
+  "vmul.f32 s2, s2, s18\n\t"                            \
+  "vmul.f32 s3, s3, s19\n\t"                            \
+  "vadd.f32 s0, s0, s20\n\t"                            \
+  "vadd.f32 s1, s1, s21\n\t"                            \
+  "vadd.f32 s2, s2, s22\n\t"                            \
+  "vadd.f32 s3, s3, s23\n\t"                            \
+  "vadd.f32 s0, s0, s24\n\t"                            \
+  "vadd.f32 s1, s1, s24\n\t"                            \
+  "vadd.f32 s2, s2, s24\n\t"                            \
+  "vadd.f32 s3, s3, s24\n\t"                            \
+  "vcvt.s16.f32 s0, s0, #0\n\t"                         \
+  "vcvt.s16.f32 s1, s1, #0\n\t"                         \
+  "vcvt.s16.f32 s2, s2, #0\n\t"                         \
+  "vcvt.s16.f32 s3, s3, #0\n\t"                         \
+  "vmov %[d0], %[d1], s0, s1\n\t"                       \
+  "vmov %[w], %[t], s2, s3\n\t"                         \
+  "pkhbt %[d0], %[d0], %[w], lsl #16\n\t" /* u0, u2 */  \
+  "pkhbt %[d1], %[d1], %[t], lsl #16\n\t" /* u1, u3 */  \
+  "usat16 %[d0], #8, %[d0]\n\t"                         \
+  "usat16 %[d1], #8, %[d1]\n\t"                         \
+  "orr %[d0], %[d0], %[d1], lsl #8\n\t"
+
+#define CM_FPU_CLOBBERS                                                       \
+  "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11",   \
+      "s12", "s13", "s14", "s15", "s16", "s17", "s18", "s19", "s20", "s21",   \
+      "s22", "s23", "s24", "s25"
+
+/* Channels c..c+3 (ab: A[c..c+3], B[c..c+3], 128.5f) of `rows` rows from xp,
+ * yp at stride; output u - 128 with u in [0, 255] (no activation clamp). */
+static void affine4_sat(const int8_t* xp, int8_t* yp, int32_t rows,
+                        int32_t stride, int32_t z_x, const float* ab) {
+  const int8_t* p = xp;
+  const int32_t yd = (int32_t)(yp - xp);
+  const int32_t yd2 = yd + stride;
+  const int32_t stride2 = 2 * stride;
+  int32_t pairs = rows >> 1;
+  uint32_t w, t, d0, d1;
+  if (pairs > 0) {
+    __asm__ volatile(
+        "vldmia %[ab], {s16-s24}\n\t"
+        "1:\n\t"
+        "ldr %[w], [%[p]]\n\t" CM_AFFINE4_U8
+        "eor %[d0], %[d0], #0x80808080\n\t"
+        "str %[d0], [%[p], %[yd]]\n\t"
+        "ldr %[w], [%[p], %[st]]\n\t" CM_AFFINE4_U8
+        "eor %[d0], %[d0], #0x80808080\n\t"
+        "str %[d0], [%[p], %[yd2]]\n\t"
+        "add %[p], %[p], %[st2]\n\t"
+        "subs %[n], %[n], #1\n\t"
+        "bne 1b\n\t"
+        : [p] "+r"(p), [n] "+r"(pairs), [w] "=&r"(w), [t] "=&r"(t),
+          [d0] "=&r"(d0), [d1] "=&r"(d1)
+        : [yd] "r"(yd), [yd2] "r"(yd2), [st] "r"(stride), [st2] "r"(stride2),
+          [nzx] "r"(-z_x), [ab] "r"(ab)
+        : "cc", "memory", CM_FPU_CLOBBERS);
+  }
+  if (rows & 1) {
+    __asm__ volatile(
+        "vldmia %[ab], {s16-s24}\n\t"
+        "ldr %[w], [%[p]]\n\t" CM_AFFINE4_U8
+        "eor %[d0], %[d0], #0x80808080\n\t"
+        "str %[d0], [%[p], %[yd]]\n\t"
+        : [w] "=&r"(w), [t] "=&r"(t), [d0] "=&r"(d0), [d1] "=&r"(d1)
+        : [p] "r"(p), [yd] "r"(yd), [nzx] "r"(-z_x), [ab] "r"(ab)
+        : "cc", "memory", CM_FPU_CLOBBERS);
+  }
+}
+
+/* Same with the bytewise clamp to [lo, hi] (lo4/hi4: lo/hi in every byte). */
+static void affine4_clamp(const int8_t* xp, int8_t* yp, int32_t rows,
+                          int32_t stride, int32_t z_x, const float* ab,
+                          uint32_t lo4, uint32_t hi4) {
+  const int8_t* p = xp;
+  const int32_t yd = (int32_t)(yp - xp);
+  int32_t n = rows;
+  uint32_t w, t, d0, d1;
+  __asm__ volatile(
+      "vldmia %[ab], {s16-s24}\n\t"
+      "1:\n\t"
+      "ldr %[w], [%[p]]\n\t" CM_AFFINE4_U8
+      "usub8 %[w], %[d0], %[lo]\n\t" /* max(u, lo) */
+      "sel %[d0], %[d0], %[lo]\n\t"
+      "usub8 %[w], %[hi], %[d0]\n\t" /* min(u, hi) */
+      "sel %[d0], %[d0], %[hi]\n\t"
+      "eor %[d0], %[d0], #0x80808080\n\t"
+      "str %[d0], [%[p], %[yd]]\n\t"
+      "add %[p], %[p], %[st]\n\t"
+      "subs %[n], %[n], #1\n\t"
+      "bne 1b\n\t"
+      : [p] "+r"(p), [n] "+r"(n), [w] "=&r"(w), [t] "=&r"(t), [d0] "=&r"(d0),
+        [d1] "=&r"(d1)
+      : [yd] "r"(yd), [st] "r"(stride), [nzx] "r"(-z_x), [lo] "r"(lo4),
+        [hi] "r"(hi4), [ab] "r"(ab)
+      : "cc", "memory", CM_FPU_CLOBBERS);
+}
+
+static inline int32_t f2i_trunc(float w) {
+  float t;
+  int32_t r;
+  __asm__("vcvt.s32.f32 %0, %1" : "=t"(t) : "t"(w));
+  __asm__("vmov %0, %1" : "=r"(r) : "t"(t));
+  return r;
+}
+
+/* SPEC per-element rule: returns y + 128 in [lo, hi] = [qmin+128, qmax+128]. */
+static inline int32_t requant_u(int32_t d, float a, float b, int32_t lo,
+                                int32_t hi) {
+  const float prod = (float)d * a;
+  const float v = prod + b;
+  int32_t t = f2i_trunc(v + 128.5f);
+  t = t < lo ? lo : t;
+  return t > hi ? hi : t;
+}
+
+/* One channel, affine (the C % 4 channels): rows at stride, 4 per iteration. */
 static void affine_channel(const int8_t* xp, int8_t* yp, int32_t M,
                            size_t stride, int32_t z_x, float a, float b,
                            int32_t lo, int32_t hi) {
@@ -168,51 +318,189 @@ static void affine_channel(const int8_t* xp, int8_t* yp, int32_t M,
   }
 }
 
-/* Bytes of x clamped to the bytes of lim: max (usub8 x - lim sets GE where
- * x >= lim, sel keeps x there) or min (GE where lim >= x). One asm block: the
- * GE flags must not be separated from their sel. */
-static inline uint32_t bytes_max(uint32_t x, uint32_t lim) {
-  uint32_t r;
-  __asm__("usub8 %0, %1, %2\n\tsel %0, %1, %2" : "=&r"(r) : "r"(x), "r"(lim) : "cc");
-  return r;
-}
-static inline uint32_t bytes_min(uint32_t x, uint32_t lim) {
-  uint32_t r;
-  __asm__("usub8 %0, %2, %1\n\tsel %0, %1, %2" : "=&r"(r) : "r"(x), "r"(lim) : "cc");
-  return r;
-}
+/* -------------------------------------------------------- per element: table */
 
-/* SPEC steps for d = q - z_x up to the truncation, saturated to [0, 255]
- * (USAT: the clamp to [lo, hi] within [0, 255] follows on packed bytes). */
+/* Entry u (before the [lo, hi] clamp) for d = q - z_x, scalar. */
 static inline uint32_t entry_u8(float d, float a, float b) {
   const float prod = d * a;
   const float v = prod + b;
   return (uint32_t)__usat(f2i_trunc(v + 128.5f), 8);
 }
 
-/* Table of one channel: t[i] = y(q = i - 128). d = q - z_x runs as an exact
- * float (|d| <= 255) so each entry is the SPEC formula on the same d; four
- * entries are packed per word and clamped bytewise. */
+static inline uint32_t entry_u(float d, float a, float b, int32_t lo,
+                               int32_t hi) {
+  int32_t u = (int32_t)entry_u8(d, a, b);
+  u = u < lo ? lo : u;
+  return (uint32_t)(u > hi ? hi : u);
+}
+
+/* Entries [8 * blk0, 8 * blk1) of a channel's table t (t[i] = y(q = i -
+ * 128)); s8-s15 hold d for the first eight, s16 = A, s17 = B, s25 = 8.0f.
+ * Eight entries per step: the SPEC formula, USAT16 to [0, 255], bytewise
+ * clamp to [lo, hi], XOR 0x80. */
+#define CM_TABLE_HALF(S0, S1, S2, S3, D0, D1, D2, D3)          \
+  "vmul.f32 " S0 ", " D0 ", s16\n\t"                          \
+  "vmul.f32 " S1 ", " D1 ", s16\n\t"                          \
+  "vmul.f32 " S2 ", " D2 ", s16\n\t"                          \
+  "vmul.f32 " S3 ", " D3 ", s16\n\t"                          \
+  "vadd.f32 " S0 ", " S0 ", s17\n\t"                          \
+  "vadd.f32 " S1 ", " S1 ", s17\n\t"                          \
+  "vadd.f32 " S2 ", " S2 ", s17\n\t"                          \
+  "vadd.f32 " S3 ", " S3 ", s17\n\t"                          \
+  "vadd.f32 " S0 ", " S0 ", s24\n\t"                          \
+  "vadd.f32 " S1 ", " S1 ", s24\n\t"                          \
+  "vadd.f32 " S2 ", " S2 ", s24\n\t"                          \
+  "vadd.f32 " S3 ", " S3 ", s24\n\t"                          \
+  "vcvt.s16.f32 " S0 ", " S0 ", #0\n\t"                       \
+  "vcvt.s16.f32 " S1 ", " S1 ", #0\n\t"                       \
+  "vcvt.s16.f32 " S2 ", " S2 ", #0\n\t"                       \
+  "vcvt.s16.f32 " S3 ", " S3 ", #0\n\t"                       \
+  "vadd.f32 " D0 ", " D0 ", s25\n\t"                          \
+  "vadd.f32 " D1 ", " D1 ", s25\n\t"                          \
+  "vadd.f32 " D2 ", " D2 ", s25\n\t"                          \
+  "vadd.f32 " D3 ", " D3 ", s25\n\t"
+
+#define CM_TABLE_PACK(S0, S1, S2, S3, R)                   \
+  "vmov %[d0], %[d1], " S0 ", " S1 "\n\t"                  \
+  "vmov %[w], %[t], " S2 ", " S3 "\n\t"                    \
+  "pkhbt %[d0], %[d0], %[w], lsl #16\n\t"                  \
+  "pkhbt %[d1], %[d1], %[t], lsl #16\n\t"                  \
+  "usat16 %[d0], #8, %[d0]\n\t"                            \
+  "usat16 %[d1], #8, %[d1]\n\t"                            \
+  "orr " R ", %[d0], %[d1], lsl #8\n\t"
+
+/* k: d of the first eight entries, A, B, 128.5f, 8.0f. */
+#define CM_TABLE_BLOCKS(CLAMP)                                                \
+  __asm__ volatile(                                                           \
+      "vldmia %[k], {s8-s17}\n\t"                                             \
+      "vldr s24, [%[k], #40]\n\t"                                             \
+      "vldr s25, [%[k], #44]\n\t"                                             \
+      "1:\n\t" CM_TABLE_HALF("s0", "s1", "s2", "s3", "s8", "s9", "s10", "s11") \
+          CM_TABLE_HALF("s4", "s5", "s6", "s7", "s12", "s13", "s14", "s15")   \
+              CM_TABLE_PACK("s0", "s1", "s2", "s3", "%[r0]")                  \
+                  CM_TABLE_PACK("s4", "s5", "s6", "s7", "%[r1]") CLAMP        \
+      "eor %[r0], %[r0], #0x80808080\n\t"                                     \
+      "eor %[r1], %[r1], #0x80808080\n\t"                                     \
+      "str %[r0], [%[tp]], #4\n\t"                                            \
+      "str %[r1], [%[tp]], #4\n\t"                                            \
+      "subs %[n], %[n], #1\n\t"                                               \
+      "bne 1b\n\t"                                                            \
+      : [tp] "+r"(t), [n] "+r"(blocks), [w] "=&r"(w), [t] "=&r"(tt),         \
+        [d0] "=&r"(d0), [d1] "=&r"(d1), [r0] "=&r"(r0), [r1] "=&r"(r1)        \
+      : [k] "r"(k), [lo] "r"(lo4), [hi] "r"(hi4)                              \
+      : "cc", "memory", CM_FPU_CLOBBERS)
+
+#define CM_TABLE_CLAMP                  \
+  "usub8 %[w], %[r0], %[lo]\n\t"       \
+  "sel %[r0], %[r0], %[lo]\n\t"        \
+  "usub8 %[w], %[hi], %[r0]\n\t"       \
+  "sel %[r0], %[r0], %[hi]\n\t"        \
+  "usub8 %[w], %[r1], %[lo]\n\t"       \
+  "sel %[r1], %[r1], %[lo]\n\t"        \
+  "usub8 %[w], %[hi], %[r1]\n\t"       \
+  "sel %[r1], %[r1], %[hi]\n\t"
+
+static void table_blocks(int8_t* t, int32_t blocks, float d_first, float a,
+                         float b, uint32_t lo4, uint32_t hi4) {
+  float k[12];
+  uint32_t w, tt, d0, d1, r0, r1;
+  int32_t i;
+  for (i = 0; i < 8; ++i) k[i] = d_first + (float)i; /* exact integers */
+  k[8] = a;
+  k[9] = b;
+  k[10] = 128.5f;
+  k[11] = 8.0f;
+  if (lo4 == 0 && hi4 == 0xFFFFFFFFu) {
+    CM_TABLE_BLOCKS("");
+  } else {
+    CM_TABLE_BLOCKS(CM_TABLE_CLAMP);
+  }
+}
+
+/* n bytes (a multiple of 8) of t (4-byte aligned) set to v. */
+static void fill8(int8_t* t, uint32_t v, int32_t n) {
+  const uint32_t v4 = v * 0x01010101u;
+  for (; n > 0; n -= 8, t += 8) {
+    memcpy(t, &v4, 4); /* STR */
+    memcpy(t + 4, &v4, 4);
+  }
+}
+
+/* Table of one channel: t[i] = y(q = i - 128), d = q - z_x exact in float
+ * (|d| <= 255). */
 static void build_table(int8_t* t, int32_t z_x, float a, float b, int32_t lo,
                         int32_t hi) {
   const uint32_t lo4 = (uint32_t)lo * 0x01010101u;
   const uint32_t hi4 = (uint32_t)hi * 0x01010101u;
-  int32_t i;
-  float d = (float)(-128 - z_x);
-  for (i = 0; i < 256; i += 4) {
-    uint32_t w;
-    w = entry_u8(d, a, b);
-    d += 1.0f;
-    w |= entry_u8(d, a, b) << 8;
-    d += 1.0f;
-    w |= entry_u8(d, a, b) << 16;
-    d += 1.0f;
-    w |= entry_u8(d, a, b) << 24;
-    d += 1.0f;
-    if (lo != 0) w = bytes_max(w, lo4);
-    if (hi != 255) w = bytes_min(w, hi4);
-    w ^= 0x80808080u; /* y = u - 128 */
-    memcpy(t + i, &w, 4);
+  const float d0 = (float)(-128 - z_x);
+  int32_t blo = 0, bhi = 32;
+  /* Monotonic in d when A >= 0 (or -0) finite and B finite: skip the
+   * blocks of 8 that are lo (last entry lo) or hi (first entry hi). */
+  if (a >= 0.0f && a <= FLT_MAX && b >= -FLT_MAX && b <= FLT_MAX) {
+    while (blo < 32 &&
+           entry_u(d0 + (float)(8 * blo + 7), a, b, lo, hi) == (uint32_t)lo)
+      ++blo;
+    while (bhi > blo &&
+           entry_u(d0 + (float)(8 * bhi - 8), a, b, lo, hi) == (uint32_t)hi)
+      --bhi;
+  }
+  fill8(t, (uint32_t)lo ^ 0x80u, 8 * blo);
+  if (bhi > blo) {
+    table_blocks(t + 8 * blo, bhi - blo, d0 + (float)(8 * blo), a, b, lo4,
+                 hi4);
+  }
+  fill8(t + 8 * bhi, (uint32_t)hi ^ 0x80u, 8 * (32 - bhi));
+}
+
+/* One row of channels c..c+3 through their tables (%[t0]: table of c + 128;
+ * the next channels' tables follow at 256-byte steps): word %[w] of q bytes
+ * -> packed y bytes in %[b0]. */
+#define CM_LUT4                                \
+  "sxtab %[i], %[t0], %[w]\n\t"               \
+  "ldrb %[b0], [%[i]]\n\t"                    \
+  "sxtab %[i], %[t0], %[w], ror #8\n\t"       \
+  "ldrb %[b1], [%[i], #256]\n\t"              \
+  "sxtab %[i], %[t0], %[w], ror #16\n\t"      \
+  "orr %[b0], %[b0], %[b1], lsl #8\n\t"       \
+  "ldrb %[b1], [%[i], #512]\n\t"              \
+  "sxtab %[i], %[t0], %[w], ror #24\n\t"      \
+  "orr %[b0], %[b0], %[b1], lsl #16\n\t"      \
+  "ldrb %[b1], [%[i], #768]\n\t"              \
+  "orr %[b0], %[b0], %[b1], lsl #24\n\t"
+
+/* Channels c..c+3 through their tables (t128: table of c, + 128), `rows`
+ * rows at stride, two per iteration. */
+static void lut4(const int8_t* xp, int8_t* yp, int32_t rows, int32_t stride,
+                 const uint8_t* t128) {
+  const int8_t* p = xp;
+  const int32_t yd = (int32_t)(yp - xp);
+  const int32_t yd2 = yd + stride;
+  const int32_t stride2 = 2 * stride;
+  int32_t pairs = rows >> 1;
+  uint32_t w, i, b0, b1;
+  if (pairs > 0) {
+    __asm__ volatile(
+        "1:\n\t"
+        "ldr %[w], [%[p]]\n\t" CM_LUT4
+        "str %[b0], [%[p], %[yd]]\n\t"
+        "ldr %[w], [%[p], %[st]]\n\t" CM_LUT4
+        "str %[b0], [%[p], %[yd2]]\n\t"
+        "add %[p], %[p], %[st2]\n\t"
+        "subs %[n], %[n], #1\n\t"
+        "bne 1b\n\t"
+        : [p] "+r"(p), [n] "+r"(pairs), [w] "=&r"(w), [i] "=&r"(i),
+          [b0] "=&r"(b0), [b1] "=&r"(b1)
+        : [yd] "r"(yd), [yd2] "r"(yd2), [st] "r"(stride), [st2] "r"(stride2),
+          [t0] "r"(t128)
+        : "cc", "memory");
+  }
+  if (rows & 1) {
+    __asm__ volatile(
+        "ldr %[w], [%[p]]\n\t" CM_LUT4
+        "str %[b0], [%[p], %[yd]]\n\t"
+        : [w] "=&r"(w), [i] "=&r"(i), [b0] "=&r"(b0), [b1] "=&r"(b1)
+        : [p] "r"(p), [yd] "r"(yd), [t0] "r"(t128)
+        : "cc", "memory");
   }
 }
 
@@ -235,15 +523,37 @@ static int cm_elementwise(const int8_t* x, int8_t* y, int32_t M, int32_t C,
                           const forge_recalib_quant* quant, int8_t* lut) {
   const int32_t lo = quant->qmin + 128, hi = quant->qmax + 128;
   const size_t stride = (size_t)C;
+  const int32_t c4 = C & ~3;
   int32_t c;
-  for (c = 0; c < C; ++c) {
-    if (lut != NULL) {
-      int8_t* t = lut + (size_t)c * 256u;
-      build_table(t, quant->z_x, a[c], b[c], lo, hi);
-      lut_channel(x + c, y + c, M, stride, t + 128);
-    } else {
-      affine_channel(x + c, y + c, M, stride, quant->z_x, a[c], b[c], lo, hi);
+  if (lut != NULL) {
+    for (c = 0; c < C; ++c) {
+      build_table(lut + (size_t)c * 256u, quant->z_x, a[c], b[c], lo, hi);
     }
+    for (c = 0; c < c4; c += 4) {
+      lut4(x + c, y + c, M, C, (const uint8_t*)lut + (size_t)c * 256u + 128u);
+    }
+    for (; c < C; ++c) {
+      lut_channel(x + c, y + c, M, stride, lut + (size_t)c * 256u + 128u);
+    }
+    return 1;
+  }
+  for (c = 0; c < c4; c += 4) {
+    float ab[9];
+    int32_t k;
+    for (k = 0; k < 4; ++k) {
+      ab[k] = a[c + k];
+      ab[4 + k] = b[c + k];
+    }
+    ab[8] = 128.5f;
+    if (lo == 0 && hi == 255) {
+      affine4_sat(x + c, y + c, M, C, quant->z_x, ab);
+    } else {
+      affine4_clamp(x + c, y + c, M, C, quant->z_x, ab,
+                    (uint32_t)lo * 0x01010101u, (uint32_t)hi * 0x01010101u);
+    }
+  }
+  for (; c < C; ++c) {
+    affine_channel(x + c, y + c, M, stride, quant->z_x, a[c], b[c], lo, hi);
   }
   return 1;
 }
