@@ -7,19 +7,43 @@ import pickle
 
 import numpy as np
 
-from forge_tflm.data.imageset import DatasetNotFoundError, ImageSet
+from forge_tflm.data.imageset import DatasetFormatError, DatasetNotFoundError, ImageSet
 
 CIFAR10_DIR = "cifar-10-batches-py"
 CIFAR100_DIR = "cifar-100-python"
 
 
 def _unpickle(path: str) -> dict:
-  with open(path, "rb") as f:
-    return pickle.load(f, encoding="bytes")
+  if not os.path.isfile(path):
+    raise DatasetNotFoundError(f"missing {path} (CIFAR pickle layout)")
+  try:
+    with open(path, "rb") as f:
+      data = pickle.load(f, encoding="bytes")
+  except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
+          ImportError, IndexError, KeyError) as e:
+    raise DatasetFormatError(f"{path}: not a CIFAR pickle ({type(e).__name__}:"
+                             f" {str(e)[:120]})") from e
+  if not isinstance(data, dict):
+    raise DatasetFormatError(f"{path}: not a CIFAR pickle (a dict expected, got"
+                             f" {type(data).__name__})")
+  return _Named(path, data)
+
+
+class _Named(dict):
+  """An unpickled dict that knows its file, for error messages."""
+
+  def __init__(self, path: str, data: dict):
+    super().__init__(data)
+    self.path = path
 
 
 def _get(d: dict, key: str):
-  return d[key.encode()] if key.encode() in d else d[key]
+  if key.encode() in d:
+    return d[key.encode()]
+  if key in d:
+    return d[key]
+  raise DatasetFormatError(f"{getattr(d, 'path', 'CIFAR pickle')}: no {key!r} entry"
+                           f" (has: {', '.join(map(str, d))[:120]})")
 
 
 def _rows_to_images(data: np.ndarray) -> np.ndarray:
@@ -63,7 +87,15 @@ def load_cifar_pickles(path: str, split: str, fine_labels: bool = True) -> Image
   images, labels = [], []
   for name in files:
     batch = _unpickle(os.path.join(directory, name))
-    images.append(_rows_to_images(_get(batch, "data")))
-    labels.append(np.asarray(_get(batch, label_key), dtype=np.int64))
+    try:
+      images.append(_rows_to_images(_get(batch, "data")))
+      labels.append(np.asarray(_get(batch, label_key), dtype=np.int64))
+    except (ValueError, TypeError) as e:
+      if isinstance(e, DatasetFormatError):
+        raise
+      raise DatasetFormatError(f"{batch.path}: malformed CIFAR batch ({e})") from e
+    if len(labels[-1]) != len(images[-1]):
+      raise DatasetFormatError(f"{batch.path}: {len(labels[-1])} labels for"
+                               f" {len(images[-1])} images")
   return ImageSet(np.concatenate(images), np.concatenate(labels), names,
                   f"{directory} [{split}]")

@@ -11,6 +11,10 @@ class DatasetNotFoundError(FileNotFoundError):
   """A dataset could not be found; the message lists every place looked at."""
 
 
+class DatasetFormatError(ValueError):
+  """A dataset file is damaged or not what its layout says; the message names it."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ImageSet:
   """Decoded images in a deterministic order.

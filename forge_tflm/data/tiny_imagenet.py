@@ -16,7 +16,7 @@ import numpy as np
 
 from forge_tflm.data import cache
 from forge_tflm.data.image_folder import decode_images
-from forge_tflm.data.imageset import DatasetNotFoundError, ImageSet
+from forge_tflm.data.imageset import DatasetFormatError, DatasetNotFoundError, ImageSet
 
 
 def find_tiny_imagenet(path: str) -> str | None:
@@ -49,11 +49,19 @@ def _load(root: str, split: str) -> ImageSet:
     if not os.path.isfile(annotations):
       raise DatasetNotFoundError(f"missing {annotations}")
     with open(annotations) as f:
-      rows = [line.split("\t") for line in f if line.strip()]
-    files = sorted((index[r[1]], os.path.join(root, "val", "images", r[0])) for r in rows)
+      rows = [(n, line.split("\t")) for n, line in enumerate(f, 1) if line.strip()]
+    for n, r in rows:
+      if len(r) < 2 or r[1].strip() not in index:
+        raise DatasetFormatError(
+            f"{annotations}: line {n}: expected '<file>\\t<wnid>\\t...' with a wnid"
+            f" from wnids.txt, got {chr(9).join(r).strip()[:80]!r}")
+    files = sorted((index[r[1].strip()], os.path.join(root, "val", "images", r[0]))
+                   for _, r in rows)
   else:
     raise ValueError(f"Tiny-ImageNet splits are 'train' and 'val', not {split!r}")
-  images = decode_images([_read(p) for _, p in files])
+  if not files:
+    raise DatasetNotFoundError(f"no {split} images in {root}")
+  images = decode_images([_read(p) for _, p in files], names=[p for _, p in files])
   labels = np.array([label for label, _ in files], dtype=np.int64)
   return ImageSet(images, labels, tuple(wnids), f"{root} [{split}]")
 

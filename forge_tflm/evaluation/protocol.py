@@ -119,34 +119,71 @@ def evaluate(config: EvalConfig, streams: Iterable[Stream], *, artifact,
            "seconds": {method: total}}.
   """
   methods = build_methods(config, artifact, float_model, contract)
-  accuracy = {m: {} for m in methods}
-  gate, gate_score = {}, {}
-  seconds = {m: 0.0 for m in methods}
-  for stream in streams:
-    inputs_int8 = None
-    for name, method in methods.items():
-      if name in INT8_NAMES:
-        if inputs_int8 is None:
-          inputs_int8 = method.model.quantize_input(contract.to_float(stream.images))
-        inputs = inputs_int8
-      else:
-        inputs = stream.images
-      accs = []
-      # A method that does not adapt predicts each image independently of the
-      # others, so every ordering gives the same accuracy: run it once.
-      runs = config.orderings if method.adaptive else 1
-      for k in range(runs):
-        order = ordering(len(stream.labels), k, config.ordering_seed)
-        method.reset()
-        t0 = time.perf_counter()
-        accs.append(run_stream(method.predict, inputs, stream.labels, order,
-                               config.batch_size,
-                               progress.update if progress is not None else None))
-        seconds[name] += time.perf_counter() - t0
-        if name == "forge-gated":
-          gate.setdefault(stream.name, []).append(bool(method.fired))
-          gate_score.setdefault(stream.name, []).append(method.score)
-      accuracy[name][stream.name] = accs * (config.orderings // runs)
+  try:
+    records = [evaluate_stream(config, methods, stream, contract, progress)
+               for stream in streams]
+  finally:
+    reset_methods(methods)
+  return merge_records(list(methods), records)
+
+
+def reset_methods(methods: dict) -> None:
   for method in methods.values():
     method.reset()  # Leave the float model as it came (adaptation mutates it).
+
+
+def evaluate_stream(config: EvalConfig, methods: dict, stream: Stream, contract,
+                    progress=None) -> dict:
+  """Every method (from build_methods) over one stream, every ordering.
+
+  Returns the stream's record, JSON-ready (what evaluation runs save per finished
+  stream): {"stream", "images", "accuracy": {method: [acc per ordering]},
+  "gate_fired": [...], "gate_score": [...] (forge-gated only), "seconds": {method}}.
+  Each method's state is reset at the start of every ordering, so a stream's
+  record does not depend on the streams evaluated before it.
+  """
+  record: dict = {"stream": stream.name, "images": int(len(stream.labels)),
+                  "accuracy": {}, "seconds": {}}
+  inputs_int8 = None
+  for name, method in methods.items():
+    if name in INT8_NAMES:
+      if inputs_int8 is None:
+        inputs_int8 = method.model.quantize_input(contract.to_float(stream.images))
+      inputs = inputs_int8
+    else:
+      inputs = stream.images
+    accs = []
+    seconds = 0.0
+    # A method that does not adapt predicts each image independently of the
+    # others, so every ordering gives the same accuracy: run it once.
+    runs = config.orderings if method.adaptive else 1
+    for k in range(runs):
+      order = ordering(len(stream.labels), k, config.ordering_seed)
+      method.reset()
+      t0 = time.perf_counter()
+      accs.append(float(run_stream(method.predict, inputs, stream.labels, order,
+                                   config.batch_size,
+                                   progress.update if progress is not None else None)))
+      seconds += time.perf_counter() - t0
+      if name == "forge-gated":
+        record.setdefault("gate_fired", []).append(bool(method.fired))
+        record.setdefault("gate_score", []).append(float(method.score))
+    record["accuracy"][name] = accs * (config.orderings // runs)
+    record["seconds"][name] = seconds
+  return record
+
+
+def merge_records(method_names: Iterable[str], records: Iterable[dict]) -> dict:
+  """Per-stream records (in stream order) -> evaluate()'s raw results."""
+  method_names = list(method_names)
+  accuracy = {m: {} for m in method_names}
+  gate, gate_score = {}, {}
+  seconds = {m: 0.0 for m in method_names}
+  for r in records:
+    for m in method_names:
+      accuracy[m][r["stream"]] = list(r["accuracy"][m])
+      seconds[m] += r["seconds"][m]
+    if "gate_fired" in r:
+      gate[r["stream"]] = list(r["gate_fired"])
+      gate_score[r["stream"]] = list(r["gate_score"])
   return {"accuracy": accuracy, "gate": gate, "gate_score": gate_score, "seconds": seconds}

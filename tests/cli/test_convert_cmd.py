@@ -43,7 +43,7 @@ def test_convert_writes_all_outputs(setup, capsys):
 
 def test_sites_from_file(setup, capsys, tmp_path):
   d, src, data_dir = setup
-  selection = tmp_path / "sel.json"
+  selection = tmp_path / "sites.json"  # Not sel.json: the manifest of sel.tflite goes there.
   selection.write_text(json.dumps({"sites": ["b1_bn"]}))
   out = str(tmp_path / "sel.tflite")
   assert cli.main(["forge_tflm", "convert", f"--model={src}", f"--output={out}",

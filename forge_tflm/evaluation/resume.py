@@ -1,0 +1,157 @@
+"""Per-stream results on disk: an interrupted evaluation keeps every stream it
+finished, and a resumed one re-does only the others.
+
+In the output directory:
+  streams/run.json           the run's fingerprint (artifact and float-model hashes,
+                             the configuration, the data description, each stream's
+                             name, size and content hash), the stream order, and
+                             "complete" once the reports are written;
+  streams/NNN_<stream>.json  one finished stream (accuracy per method and ordering,
+                             gate decisions and scores, seconds), with the hash of
+                             the fingerprint it belongs to.
+Every file is written atomically (a temporary renamed into place), so a kill at
+any moment leaves whole files. Resuming refuses a directory whose fingerprint
+differs from the run asked for, naming what differs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+
+import numpy as np
+
+from forge_tflm.fileio import write_atomically
+
+STREAMS_DIR = "streams"
+RUN_FILE = "run.json"
+_STREAM_FILE = re.compile(r"^\d{3}_[A-Za-z0-9_.-]*\.json$")
+
+
+class ResumeError(ValueError):
+  """The output directory's earlier run cannot be resumed or would be lost."""
+
+
+def stream_digest(stream) -> str:
+  """sha256 of a stream's images and labels (what its results are results of)."""
+  h = hashlib.sha256()
+  for a in (stream.images, stream.labels):
+    a = np.ascontiguousarray(a)
+    h.update(f"{a.dtype.str}{a.shape}".encode())
+    h.update(a.data)
+  return h.hexdigest()
+
+
+def _canonical(obj) -> str:
+  return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def _differences(old, new, prefix: str = "") -> list[str]:
+  if isinstance(old, dict) and isinstance(new, dict):
+    out = []
+    for k in sorted(set(old) | set(new), key=str):
+      key = f"{prefix}.{k}" if prefix else str(k)
+      if k not in old or k not in new:
+        out.append(f"{key} ({'only now' if k in new else 'only before'})")
+      else:
+        out += _differences(old[k], new[k], key)
+    return out
+  if _canonical(old) == _canonical(new):
+    return []
+  show = lambda v: (s if len(s := _canonical(v)) <= 60 else s[:57] + "...")
+  return [f"{prefix or 'fingerprint'}: {show(old)} before, {show(new)} now"]
+
+
+class ResultStore:
+  """The per-stream results of one evaluation run in `output_dir/streams/`."""
+
+  def __init__(self, output_dir: str, fingerprint: dict, stream_names: list[str]):
+    self.dir = os.path.join(output_dir, STREAMS_DIR)
+    self.run_path = os.path.join(self.dir, RUN_FILE)
+    self.fingerprint = json.loads(_canonical(fingerprint))  # JSON-normal (lists).
+    self.digest = hashlib.sha256(_canonical(self.fingerprint).encode()).hexdigest()
+    self.names = list(stream_names)
+    if len(set(self.names)) != len(self.names):
+      raise ValueError(f"stream names repeat: {self.names}")
+
+  def path(self, name: str) -> str:
+    i = self.names.index(name)
+    return os.path.join(self.dir, f"{i:03d}_{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.json")
+
+  def _read_json(self, path: str) -> dict:
+    try:
+      with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    except (ValueError, UnicodeDecodeError) as e:
+      raise ResumeError(f"{path}: not a results file ({e})") from e
+    if not isinstance(data, dict):
+      raise ResumeError(f"{path}: not a results file (a JSON object expected)")
+    return data
+
+  def _stream_files(self) -> list[str]:
+    if not os.path.isdir(self.dir):
+      return []
+    return sorted(n for n in os.listdir(self.dir) if _STREAM_FILE.match(n))
+
+  def _write_run(self, complete: bool) -> None:
+    doc = {"fingerprint_sha256": self.digest, "complete": complete,
+           "streams": self.names, "fingerprint": self.fingerprint}
+    write_atomically({self.run_path: (json.dumps(doc, indent=2) + "\n").encode()})
+
+  def _clear(self) -> None:
+    for n in self._stream_files():
+      os.unlink(os.path.join(self.dir, n))
+
+  def start(self, resume: bool) -> dict[str, dict]:
+    """Opens the run; returns {stream: record} of the streams finished earlier
+    (empty unless resuming). Without `resume`, an unfinished earlier run in the
+    directory is refused rather than overwritten; a finished one is replaced."""
+    earlier = self._read_json(self.run_path) if os.path.exists(self.run_path) else None
+    files = self._stream_files()
+    if earlier is None and files and resume:
+      raise ResumeError(f"{self.dir} holds stream results but no {RUN_FILE}: cannot"
+                        " tell what they are results of; delete them or use another"
+                        " output directory")
+    if not resume:
+      if files and not (earlier or {}).get("complete"):
+        raise ResumeError(
+            f"{os.path.dirname(self.dir)} holds an unfinished evaluation ({len(files)}"
+            f" stream(s) done): re-run with --resume to continue it, or delete"
+            f" {self.dir} (or choose another output directory) to start over")
+      self._clear()
+      self._write_run(complete=False)
+      return {}
+    if earlier is None:  # Nothing to resume: a fresh run.
+      self._write_run(complete=False)
+      return {}
+    if earlier.get("fingerprint_sha256") != self.digest:
+      diff = _differences(earlier.get("fingerprint"), self.fingerprint)
+      raise ResumeError(
+          f"cannot resume the evaluation in {self.run_path}: it was run with another"
+          f" configuration ({'; '.join(diff[:4]) or 'fingerprint differs'}"
+          f"{f'; {len(diff) - 4} more' if len(diff) > 4 else ''}); use another output"
+          " directory, or delete it to start over")
+    done = {}
+    for name in self.names:
+      path = self.path(name)
+      if not os.path.exists(path):
+        continue
+      record = self._read_json(path)
+      if record.get("fingerprint_sha256") != self.digest or record.get("stream") != name:
+        raise ResumeError(f"{path}: results of another run (fingerprint or stream"
+                          " differs); delete it to re-do that stream")
+      done[name] = record
+    if earlier.get("complete"):
+      self._write_run(complete=False)
+    return done
+
+  def save(self, record: dict) -> None:
+    """Writes one finished stream's record (atomically)."""
+    doc = dict(record, fingerprint_sha256=self.digest)
+    write_atomically({self.path(record["stream"]):
+                      (json.dumps(doc, indent=2) + "\n").encode()})
+
+  def finish(self) -> None:
+    self._write_run(complete=True)

@@ -1,0 +1,203 @@
+"""Per-stream results and resuming (forge_tflm.evaluation.resume, run_evaluation):
+an interrupted run keeps its finished streams, a resumed one re-does only the others
+and ends with exactly the numbers of an uninterrupted run; other configurations are
+refused."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from forge_tflm.converter.options import ConvertOptions
+from forge_tflm.evaluation import run as run_mod
+from forge_tflm.evaluation.protocol import EvalConfig, Stream, evaluate_stream
+from forge_tflm.evaluation.resume import ResumeError
+from forge_tflm.evaluation.run import run_evaluation
+from forge_tflm.ops import RecalibOptions
+from tests.converter import tiny_models
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory):
+  d = tmp_path_factory.mktemp("resume")
+  _, result = tiny_models.convert_tiny(d, ConvertOptions(recalib=RecalibOptions(momentum=0.2)))
+  (d / "plain.tflite").write_bytes(result.plain_tflite)  # The same model, no FORGE ops.
+  return str(d / "tiny.tflite")
+
+
+def _streams(n=24):
+  rng = np.random.default_rng(0)
+  images = tiny_models.random_images(n, seed=5)
+  labels = rng.integers(0, 10, n)
+  return [Stream("clean", images, labels),
+          Stream("dark", (images * 0.3).astype(np.uint8), labels),
+          Stream("bright", np.clip(images.astype(int) + 90, 0, 255).astype(np.uint8), labels)]
+
+
+CONFIG = EvalConfig(methods=("source", "forge", "forge-gated", "scale-adapt"), batch_size=8,
+                    orderings=2)
+
+
+def _run(artifact, out, streams=None, config=CONFIG, **kw):
+  return run_evaluation(config, streams or _streams(), artifact_path=artifact,
+                        keras_path=None, output_dir=str(out), command="test",
+                        data_description="generated", show_progress=False, **kw)
+
+
+class _Interrupt:
+  """Wraps run.evaluate_stream: records the streams evaluated, and raises
+  KeyboardInterrupt (what Ctrl-C does) when stream `stop_at` starts."""
+
+  def __init__(self, monkeypatch, stop_at=None):
+    self.seen = []
+    real = evaluate_stream  # The real one, not an earlier wrapper.
+
+    def wrapped(config, methods, stream, contract, progress=None):
+      if stream.name == stop_at:
+        raise KeyboardInterrupt
+      self.seen.append(stream.name)
+      return real(config, methods, stream, contract, progress)
+
+    monkeypatch.setattr(run_mod, "evaluate_stream", wrapped)
+
+
+def _numbers(path):
+  doc = json.loads((path / "results.json").read_text())
+  return doc["results"], doc["gate"]
+
+
+def test_interrupted_run_resumes_to_the_same_results(artifact, tmp_path, monkeypatch):
+  _run(artifact, tmp_path / "whole")
+
+  out = tmp_path / "interrupted"
+  probe = _Interrupt(monkeypatch, stop_at="dark")
+  with pytest.raises(KeyboardInterrupt):
+    _run(artifact, out)
+  assert probe.seen == ["clean"]
+  # What the interrupted run finished is on disk; no report yet.
+  assert sorted(os.listdir(out / "streams")) == ["000_clean.json", "run.json"]
+  assert not (out / "results.json").exists()
+
+  # The same run without resume would throw that away: refused.
+  with pytest.raises(ResumeError, match="unfinished evaluation .*--resume"):
+    _run(artifact, out)
+
+  probe = _Interrupt(monkeypatch)
+  doc = _run(artifact, out, resume=True)
+  assert probe.seen == ["dark", "bright"]  # Only the unfinished streams.
+  assert doc["resume"] == {"resumed": True, "streams_from_earlier_runs": ["clean"],
+                           "streams_evaluated_now": ["dark", "bright"]}
+  assert _numbers(out) == _numbers(tmp_path / "whole")
+  saved = json.loads((out / "results.json").read_text())
+  assert saved["resume"]["streams_from_earlier_runs"] == ["clean"]
+  assert list(saved["results"]["forge"]["streams"]) == ["clean", "dark", "bright"]
+  assert json.loads((out / "streams" / "run.json").read_text())["complete"] is True
+
+
+def test_resuming_a_finished_run_evaluates_nothing(artifact, tmp_path, monkeypatch):
+  out = tmp_path / "out"
+  _run(artifact, out)
+  before = _numbers(out)
+  probe = _Interrupt(monkeypatch)
+  doc = _run(artifact, out, resume=True)
+  assert probe.seen == [] and doc["resume"]["streams_evaluated_now"] == []
+  assert _numbers(out) == before
+  # A fresh run (no resume) over a finished one replaces it: everything again.
+  _run(artifact, out)
+  assert probe.seen == ["clean", "dark", "bright"]
+  assert _numbers(out) == before
+
+
+def test_resume_with_nothing_to_resume_starts_afresh(artifact, tmp_path, monkeypatch):
+  probe = _Interrupt(monkeypatch)
+  doc = _run(artifact, tmp_path / "new", resume=True)
+  assert probe.seen == ["clean", "dark", "bright"] and doc["resume"]["resumed"] is False
+
+
+@pytest.mark.parametrize("change, named", [
+    (dict(config=EvalConfig(methods=("source", "forge"), batch_size=8, orderings=2)),
+     "config.methods"),
+    (dict(config=EvalConfig(methods=CONFIG.methods, batch_size=4, orderings=2)),
+     "config.batch_size"),
+    (dict(config=EvalConfig(methods=CONFIG.methods, batch_size=8, orderings=2,
+                            option_overrides={"momentum": 0.5})), "config.option_overrides"),
+    (dict(streams=_streams(n=20)), "streams"),
+])
+def test_resume_refuses_another_configuration(artifact, tmp_path, monkeypatch, change,
+                                              named):
+  out = tmp_path / "out"
+  _Interrupt(monkeypatch, stop_at="dark")
+  with pytest.raises(KeyboardInterrupt):
+    _run(artifact, out)
+  _Interrupt(monkeypatch)
+  with pytest.raises(ResumeError, match=f"another configuration .*{named}"):
+    _run(artifact, out, resume=True, **change)
+
+
+def test_resume_refuses_another_artifact(artifact, tmp_path, monkeypatch):
+  out = tmp_path / "out"
+  _Interrupt(monkeypatch, stop_at="dark")
+  with pytest.raises(KeyboardInterrupt):
+    _run(artifact, out)
+  other = tmp_path / "other"
+  other.mkdir()
+  tiny_models.convert_tiny(other, ConvertOptions(recalib=RecalibOptions(momentum=0.3)))
+  _Interrupt(monkeypatch)
+  with pytest.raises(ResumeError, match="artifact_sha256"):
+    _run(str(other / "tiny.tflite"), out, resume=True)
+
+
+def test_a_damaged_stream_file_is_named(artifact, tmp_path, monkeypatch):
+  out = tmp_path / "out"
+  _Interrupt(monkeypatch, stop_at="bright")
+  with pytest.raises(KeyboardInterrupt):
+    _run(artifact, out)
+  bad = out / "streams" / "001_dark.json"
+  bad.write_text('{"stream": "dark" "accuracy": {}}')
+  _Interrupt(monkeypatch)
+  with pytest.raises(ResumeError, match=f"{bad}: not a results file"):
+    _run(artifact, out, resume=True)
+
+
+def test_checks_come_before_any_work(artifact, tmp_path, monkeypatch):
+  """A bad output directory, a missing artifact or float model fail before a stream
+  is evaluated (they used to fail after the whole evaluation)."""
+  probe = _Interrupt(monkeypatch)
+  blocker = tmp_path / "file"
+  blocker.write_text("x")
+  with pytest.raises(NotADirectoryError, match=f"{blocker} is not a directory"):
+    _run(artifact, blocker / "out")
+  with pytest.raises(FileNotFoundError, match="missing.tflite does not exist"):
+    _run(str(tmp_path / "missing.tflite"), tmp_path / "out")
+  cfg = EvalConfig(methods=("source", "bn-adapt"), batch_size=8)
+  with pytest.raises(ValueError, match="bn-adapt need the float Keras model"):
+    _run(artifact, tmp_path / "out", config=cfg)
+  with pytest.raises(FileNotFoundError, match="no.keras does not exist"):
+    run_evaluation(cfg, _streams(), artifact_path=artifact,
+                   keras_path=str(tmp_path / "no.keras"), output_dir=str(tmp_path / "o"),
+                   command="t", data_description="d", show_progress=False)
+  assert probe.seen == [] and not (tmp_path / "out").exists()
+
+
+def test_forge_methods_refuse_a_plain_model_and_source_runs(artifact, tmp_path):
+  # Before: forge on a model without FORGE ops ran, and equalled source, silently.
+  plain = os.path.join(os.path.dirname(artifact), "plain.tflite")
+  cfg = EvalConfig(methods=("source", "forge"), batch_size=8)
+  with pytest.raises(ValueError, match=f"{plain} has no FORGE_RECALIB ops .*forge"):
+    _run(plain, tmp_path / "o", config=cfg)
+  doc = _run(plain, tmp_path / "o", config=EvalConfig(methods=("source",), batch_size=8))
+  assert set(doc["results"]) == {"source"}
+
+
+def test_batch_size_over_the_op_limit_is_refused_before_the_run(artifact, tmp_path,
+                                                                monkeypatch):
+  from forge_tflm.evaluation import checks
+  probe = _Interrupt(monkeypatch)
+  # 16x16 inputs: the stem's FORGE site is 16x16, so 2^22 / 256 images per call.
+  limit = checks.max_m() // 256
+  cfg = EvalConfig(methods=("source", "forge"), batch_size=limit + 1)
+  with pytest.raises(ValueError, match=f"N\\*H\\*W <= 4194304 .*H\\*W = 256, so the batch"
+                                       f" size must be <= {limit}"):
+    _run(artifact, tmp_path / "o", config=cfg)
+  assert probe.seen == []
