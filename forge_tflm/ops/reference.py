@@ -140,6 +140,12 @@ def recalib_step(x: np.ndarray, beta: np.ndarray, gamma_abs: np.ndarray,
     raise ValueError("N*H*W per channel must be in [1, 2^22]")
   mu = state[:c].astype(np.float32)
   var = state[c:].astype(np.float32)
+  # SPEC "Repair": a channel whose state is not usable restarts from its targets.
+  bad = ~(np.isfinite(mu) & np.isfinite(var) & (var >= 0))
+  if bad.any():
+    clean = reset_state(np.asarray(beta, np.float32), np.asarray(gamma_abs, np.float32))
+    mu = np.where(bad, clean[:c], mu).astype(np.float32)
+    var = np.where(bad, clean[c:], var).astype(np.float32)
   if mode == "adapt":
     xi = x2d.astype(np.int64)
     s1 = xi.sum(axis=0)

@@ -159,3 +159,34 @@ def test_x86_affine_edge_values_equal_ansi():
       ref = ops.forge_recalib_reference(x, base.copy(), opts, quant, "frozen")
       for v in ys:
         np.testing.assert_array_equal(ys[v], ref, err_msg=f"{v} {opts} {quant}")
+
+
+@pytest.mark.parametrize("mode", ["adapt", "frozen"])
+def test_unusable_state_is_repaired_identically(mode):
+  """Issue 20: a NaN/inf mean or a NaN/inf/negative variance pinned the channel's
+  output at qmin forever. SPEC "Repair": such a channel restarts from its targets,
+  the others are untouched; C and numpy agree bit for bit."""
+  rng = np.random.default_rng(7)
+  c = 6
+  beta = rng.normal(size=c).astype(np.float32)
+  gamma = rng.uniform(0.5, 1.5, c).astype(np.float32)
+  x = rng.integers(-128, 128, (2, 4, 4, c)).astype(np.int8)
+  opts = ops.RecalibOptions(momentum=0.25)
+  q = ops.QuantParams(0.05, 3, 0.04, -5)
+  good = rng.normal(size=2 * c).astype(np.float32) ** 2  # Usable, not the clean state.
+  outs = {}
+  for fn in (ops.forge_recalib_reference, ops.forge_recalib_c):
+    state = ops.RecalibState(beta, gamma)
+    state.data[:] = good
+    state.data[[0, c + 1, c + 2, 3]] = [np.nan, np.inf, -1.0, -np.inf]
+    y = fn(x, state, opts, q, mode=mode)
+    outs[fn.__name__] = (y, state.data.copy())
+    assert np.isfinite(state.data).all() and (state.data[c:] >= 0).all()
+    # Channels 4 and 5 were usable: the same as from an untouched state.
+    ref = ops.RecalibState(beta, gamma)
+    ref.data[:] = good
+    y_good = ops.forge_recalib_reference(x, ref, opts, q, mode=mode)
+    np.testing.assert_array_equal(y[..., 4:], y_good[..., 4:])
+  (ya, sa), (yb, sb) = outs.values()
+  np.testing.assert_array_equal(ya, yb)
+  assert sa.tobytes() == sb.tobytes()

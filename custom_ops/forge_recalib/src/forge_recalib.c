@@ -389,6 +389,16 @@ static int s8_run(const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
     return set_msg(msg, FORGE_RECALIB_ERR_SCRATCH, "scratch too small");
   }
 
+  /* SPEC "Repair": a channel whose state is not usable restarts from its targets
+   * (is_finite_f is false for NaN; !(v >= 0) too). */
+  for (c = 0; c < C; ++c) {
+    const float v = state[C + c];
+    if (!is_finite_f(state[c]) || !(v >= 0.0f && v <= FLT_MAX)) {
+      state[c] = beta[c];
+      state[C + c] = gamma_abs[c] * gamma_abs[c];
+    }
+  }
+
   s2 = (int64_t*)base;
   s1 = (int32_t*)(base + (size_t)8 * (size_t)C);
   s2_blk = (int32_t*)(base + (size_t)12 * (size_t)C);
