@@ -16,6 +16,7 @@ import os
 
 from absl import flags
 
+from forge_tflm.evaluation import field_streams
 from forge_tflm.evaluation.gate import SIGNALS, GateConfig
 from forge_tflm.evaluation.protocol import ALL_METHODS
 from forge_tflm.cli.recalib_flags import define_recalib_flags, recalib_flag_values
@@ -55,6 +56,20 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
                        " 4096 when it is 32x32 (ResNet-20 on CIFAR); checked before the"
                        " run.", lower_bound=1,
                        flag_values=fv)
+  flags.DEFINE_enum("protocol", "reset_each_shift", list(field_streams.PROTOCOLS),
+                    "How the streams follow one another: reset_each_shift (each"
+                    " corruption its own stream, state reset), continual (all chosen"
+                    " corruptions back to back, domain order seeded, no reset), gradual"
+                    " (per corruption severities 1..5..1 without reset; ignores"
+                    " --severity), mixed (interleaved image by image). Results are"
+                    " also reported per domain.", flag_values=fv)
+  flags.DEFINE_enum("label_order", "shuffled", list(field_streams.LABEL_ORDERS),
+                    "Labels inside a domain: shuffled (i.i.d.), dirichlet (label-"
+                    "correlated: class proportions per batch-sized slot from"
+                    " Dirichlet(--dirichlet_alpha)) or sorted (by class).", flag_values=fv)
+  flags.DEFINE_float("dirichlet_alpha", 0.1, "Concentration of --label_order=dirichlet"
+                     " (0.1, 0.01: the benchmarks' settings; smaller = more correlated).",
+                     lower_bound=1e-6, flag_values=fv)
   flags.DEFINE_integer("orderings", 1, "Shuffled orderings per stream (K).",
                        lower_bound=1, flag_values=fv)
   flags.DEFINE_integer("seed", 0, "Seed of orderings, corruptions and subsets.",
@@ -267,6 +282,26 @@ def run(fv: flags.FlagValues, command: str) -> int:
   if fv.corrupted_from != "generated":
     for s in streams:
       _check_images(s.images, f"stream {s.name}", artifact, fv)
+  label_order = field_streams.LabelOrder(
+      fv.label_order, fv.dirichlet_alpha if fv.label_order == "dirichlet" else None,
+      fv.batch_size)
+  gradual_sources = None
+  if fv.protocol == "gradual":
+    gradual_sources = {}
+    for severity in sorted(set(field_streams.GRADUAL_SEVERITIES)):
+      if fv.corrupted_from == "generated":
+        at = st.generated_streams(clean, corruptions, severity, fv.seed)
+      elif fv.corrupted_from == "cifar_c":
+        at = st.cifar_c_streams(fv.cifar_c_dir, corruptions, severity, limit, fv.seed)
+      else:
+        at = st.tfds_streams(corruptions, severity, limit, fv.seed)
+      for stream in at:
+        gradual_sources.setdefault(stream.name, {})[severity] = stream
+    description = description.rsplit(",", 1)[0] + ", severities 1-5-1"
+  streams = field_streams.build(fv.protocol, streams, label_order, gradual_sources,
+                                fv.seed)
+  if fv.protocol != "reset_each_shift" or fv.label_order != "shuffled":
+    description += f"; protocol {fv.protocol}, labels {label_order.spec}"
   doc = run_evaluation(config, streams, artifact_path=fv.artifact,
                        keras_path=fv.keras_model, output_dir=fv.output_dir,
                        command=command, data_description=description,

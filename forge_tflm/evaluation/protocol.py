@@ -1,8 +1,9 @@
 """The evaluation protocol: streams, orderings, batches, methods.
 
-Each corruption is its own stream. Every stream is shuffled (the shared copies
-are sorted by class, and an unshuffled stream is label-shifted, which breaks any
-BN-style method); K orderings (seeds) give mean +- std. Every method sees the
+By default each corruption is its own stream, shuffled (the shared copies are sorted
+by class, and an unshuffled stream is label-shifted, which breaks any BN-style
+method); field_streams.py builds the other protocols (continual, gradual, mixed,
+label-correlated orders). K orderings (seeds) give mean +- std. Every method sees the
 same orderings and resets its state at the start of each stream.
 """
 
@@ -31,9 +32,29 @@ SOURCE_OF = {"source": "source", "forge": "source", "forge-gated": "source",
 
 @dataclasses.dataclass(frozen=True)
 class Stream:
+  """Images a method sees without a reset, and how they are presented.
+
+  domains/domain_names: the domain of each image, for streams that cross domains
+  (field_streams: continual, gradual, mixed); results are also reported per domain.
+  order_fn(k, seed): the presentation order of ordering k; default: shuffled.
+  spec: how the stream is ordered, in words (recorded with the results).
+  """
   name: str
   images: np.ndarray  # uint8 [N,H,W,3]
   labels: np.ndarray  # int64 [N]
+  domains: np.ndarray | None = None
+  domain_names: tuple[str, ...] = ()
+  order_fn: Callable[[int, int], np.ndarray] | None = None
+  spec: str = "shuffled"
+
+  def order(self, k: int, seed: int) -> np.ndarray:
+    if self.order_fn is None:
+      return ordering(len(self.labels), k, seed)
+    order = np.asarray(self.order_fn(k, seed))
+    if len(order) != len(self.labels):
+      raise ValueError(f"stream {self.name}: its order has {len(order)} images, not "
+                       f"{len(self.labels)}")
+    return order
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,12 +85,18 @@ def ordering(n: int, k: int, seed: int) -> np.ndarray:
 
 def run_stream(predict: Callable[[np.ndarray], np.ndarray], inputs: np.ndarray,
                labels: np.ndarray, order: np.ndarray, batch_size: int,
-               on_batch: Callable[[int], None] | None = None) -> float:
+               on_batch: Callable[[int], None] | None = None,
+               hits: np.ndarray | None = None) -> float:
+  """Accuracy over the stream presented in `order`; `hits` (bool [N], optional)
+  receives per image (by index into inputs) whether it was classified right."""
   correct = 0
   for start in range(0, len(order), batch_size):
     idx = order[start:start + batch_size]
     logits = predict(inputs[idx])
-    correct += int(np.sum(np.argmax(logits, axis=1) == labels[idx]))
+    right = np.argmax(logits, axis=1) == labels[idx]
+    correct += int(np.sum(right))
+    if hits is not None:
+      hits[idx] = right
     if on_batch:
       on_batch(len(idx))
   return correct / len(order)
@@ -143,7 +170,7 @@ def evaluate_stream(config: EvalConfig, methods: dict, stream: Stream, contract,
   record does not depend on the streams evaluated before it.
   """
   record: dict = {"stream": stream.name, "images": int(len(stream.labels)),
-                  "accuracy": {}, "seconds": {}}
+                  "order": stream.spec, "accuracy": {}, "seconds": {}}
   inputs_int8 = None
   for name, method in methods.items():
     if name in INT8_NAMES:
@@ -157,19 +184,27 @@ def evaluate_stream(config: EvalConfig, methods: dict, stream: Stream, contract,
     # A method that does not adapt predicts each image independently of the
     # others, so every ordering gives the same accuracy: run it once.
     runs = config.orderings if method.adaptive else 1
+    hits = np.zeros(len(stream.labels), bool)
+    per_domain: dict[str, list[float]] = {d: [] for d in stream.domain_names}
     for k in range(runs):
-      order = ordering(len(stream.labels), k, config.ordering_seed)
+      order = stream.order(k, config.ordering_seed)
       method.reset()
       t0 = time.perf_counter()
       accs.append(float(run_stream(method.predict, inputs, stream.labels, order,
                                    config.batch_size,
-                                   progress.update if progress is not None else None)))
+                                   progress.update if progress is not None else None,
+                                   hits=hits)))
       seconds += time.perf_counter() - t0
+      for d, domain in enumerate(stream.domain_names):
+        per_domain[domain].append(float(hits[stream.domains == d].mean()))
       if name == "forge-gated":
         record.setdefault("gate_fired", []).append(bool(method.fired))
         record.setdefault("gate_score", []).append(float(method.score))
     record["accuracy"][name] = accs * (config.orderings // runs)
     record["seconds"][name] = seconds
+    if stream.domain_names:
+      record.setdefault("domain_accuracy", {})[name] = {
+          d: v * (config.orderings // runs) for d, v in per_domain.items()}
   return record
 
 
@@ -177,13 +212,16 @@ def merge_records(method_names: Iterable[str], records: Iterable[dict]) -> dict:
   """Per-stream records (in stream order) -> evaluate()'s raw results."""
   method_names = list(method_names)
   accuracy = {m: {} for m in method_names}
-  gate, gate_score = {}, {}
+  gate, gate_score, domains = {}, {}, {}
   seconds = {m: 0.0 for m in method_names}
   for r in records:
+    if "domain_accuracy" in r:
+      domains[r["stream"]] = r["domain_accuracy"]
     for m in method_names:
       accuracy[m][r["stream"]] = list(r["accuracy"][m])
       seconds[m] += r["seconds"][m]
     if "gate_fired" in r:
       gate[r["stream"]] = list(r["gate_fired"])
       gate_score[r["stream"]] = list(r["gate_score"])
-  return {"accuracy": accuracy, "gate": gate, "gate_score": gate_score, "seconds": seconds}
+  return {"accuracy": accuracy, "gate": gate, "gate_score": gate_score, "seconds": seconds,
+          "domains": domains}

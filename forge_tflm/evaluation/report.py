@@ -125,6 +125,22 @@ def plot_png(table: dict, title: str = "") -> bytes:
   return buf.getvalue()
 
 
+def domains_markdown(domains: dict) -> str:
+  """Per stream that crosses domains: each method's accuracy inside each domain."""
+  out = []
+  for stream, per_method in domains.items():
+    methods = list(per_method)
+    names = list(next(iter(per_method.values())))
+    out += ["", f"Stream {stream}, accuracy % per domain (mean ± std over orderings):", "",
+            "| domain | " + " | ".join(methods) + " |",
+            "| --- | " + " | ".join("---:" for _ in methods) + " |"]
+    for d in names:
+      cells = [f"{100 * np.mean(per_method[m][d]):.1f} ± {100 * np.std(per_method[m][d]):.1f}"
+               for m in methods]
+      out.append(f"| {d} | " + " | ".join(cells) + " |")
+  return "\n".join(out) + "\n"
+
+
 def write_all(out_dir: str, table: dict, meta: dict, raw: dict) -> dict[str, str]:
   """Writes results.json/.csv/.md/.png into out_dir; returns their paths."""
   paths = {k: os.path.join(out_dir, f"results.{k}") for k in ("json", "csv", "md", "png")}
@@ -132,8 +148,12 @@ def write_all(out_dir: str, table: dict, meta: dict, raw: dict) -> dict[str, str
   doc["results"] = table
   doc["gate"] = {"fired": raw.get("gate", {}), "score": raw.get("gate_score", {})}
   doc["seconds"] = raw.get("seconds", {})
+  markdown = to_markdown(table, raw.get("gate"))
+  if raw.get("domains"):
+    doc["domains"] = raw["domains"]
+    markdown += domains_markdown(raw["domains"])
   write_atomically({paths["json"]: (json.dumps(doc, indent=2) + "\n").encode(),
                     paths["csv"]: to_csv(table).encode(),
-                    paths["md"]: to_markdown(table, raw.get("gate")).encode(),
+                    paths["md"]: markdown.encode(),
                     paths["png"]: plot_png(table, meta.get("title", ""))})
   return paths

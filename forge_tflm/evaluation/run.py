@@ -51,7 +51,8 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
                    "float_model_sha256": meta.get("float_model", {}).get("sha256"),
                    "config": _config_json(config), "data": data_description,
                    "streams": [{"name": s.name, "images": int(len(s.labels)),
-                                "sha256": resume_store.stream_digest(s)} for s in streams]}
+                                "sha256": resume_store.stream_digest(s),
+                                "order": s.spec} for s in streams]}
     store = resume_store.ResultStore(output_dir, fingerprint, names)
   float_model = None
   if needs_float:
@@ -93,6 +94,7 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
   raw = merge_records(config.methods, [records[n] for n in names])
   meta["wall_seconds"] = round(time.time() - t0, 1)
   meta["streams"] = {s.name: len(s.labels) for s in streams}
+  meta["stream_orders"] = {s.name: s.spec for s in streams}
   meta["resume"] = {"resumed": bool(done), "streams_from_earlier_runs": list(done),
                     "streams_evaluated_now": [s.name for s in todo]}
   table = report.summarize(raw)
@@ -101,6 +103,8 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
     store.finish()
     logging.info("wrote %s", ", ".join(paths.values()))
   doc = dict(meta, results=table, gate=raw["gate"], seconds=raw["seconds"])
+  if raw["domains"]:  # Streams that cross domains: accuracy per domain inside them.
+    doc["domains"] = raw["domains"]
   return doc
 
 

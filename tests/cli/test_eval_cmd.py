@@ -111,3 +111,27 @@ def test_eval_prints_no_framework_logging(setup, tmp_path):
                      r.stdout + r.stderr, re.M)
   assert not noise, r.stderr[-3000:]
   assert "| fog" in r.stdout
+
+
+@pytest.mark.parametrize("protocol,label_order,stream", [
+    ("continual", "dirichlet", "continual"), ("mixed", "sorted", "mixed"),
+    ("gradual", "shuffled", "gradual_fog")])
+def test_eval_field_protocols_from_one_command(setup, capsys, tmp_path, protocol,
+                                               label_order, stream):
+  d, src, data_dir = setup
+  out = tmp_path / "eval"
+  code = cli.main(["forge_tflm", "eval", f"--artifact={d / 'tiny.tflite'}",
+                   f"--keras_model={src}", f"--data_dir={data_dir}",
+                   "--methods=source,forge,bn-adapt", "--corruptions=contrast,fog",
+                   f"--protocol={protocol}", f"--label_order={label_order}",
+                   "--dirichlet_alpha=0.01", "--batch_size=4", "--orderings=2",
+                   f"--output_dir={out}"])
+  assert code == 0, capsys.readouterr().err
+  doc = json.loads((out / "results.json").read_text())
+  assert stream in doc["results"]["forge"]["streams"]
+  domains = doc["domains"][stream]["forge"]
+  want = ({"severity_1", "severity_2", "severity_3", "severity_4", "severity_5"}
+          if protocol == "gradual" else {"contrast", "fog"})
+  assert set(domains) == want and all(len(v) == 2 for v in domains.values())
+  assert f"protocol {protocol}" in doc["data"]
+  assert "per domain" in (out / "results.md").read_text()
