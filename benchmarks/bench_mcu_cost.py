@@ -35,6 +35,8 @@ import numpy as np
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
+from benchmarks._report import emit  # noqa: E402
+
 from tests.deploy import test_cortexm as cm  # noqa: E402  (build/run helpers)
 
 ARTIFACT_LABELS = {"forge_all": "FORGE, 21 sites", "forge_3": "FORGE, 3 sites",
@@ -128,12 +130,7 @@ def main(argv=None) -> int:
                    f"{np.mean(costs):,.0f} | {np.mean(costs) / elements:.1f} |")
   lines += ["", f"# build (warm unless the cache was empty) {t_build:.0f} s, "
             f"total {time.time() - t0:.0f} s"]
-  report = "\n".join(lines) + "\n"
-  print(report, end="")
-  if args.output:
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w") as f:
-      f.write(report)
+  emit("\n".join(lines) + "\n", args.output)
   return 0
 
 

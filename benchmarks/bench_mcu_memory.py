@@ -34,6 +34,8 @@ import time
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
+from benchmarks._report import emit  # noqa: E402
+
 from tests import third_party  # noqa: E402
 from tests.deploy import test_cortexm as cm  # noqa: E402  (build/run helpers)
 from tests.deploy import test_host_parity as host  # noqa: E402
@@ -153,12 +155,7 @@ def main(argv=None) -> int:
     lines.append(f"| {LABELS[name]} | {sizes[name]:,} | {sizes[name] - sizes['plain']:+,} | "
                  f"{targets_bytes:,} |")
   lines += ["", f"# total {time.time() - t0:.0f} s"]
-  report = "\n".join(lines) + "\n"
-  print(report, end="")
-  if args.output:
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w") as f:
-      f.write(report)
+  emit("\n".join(lines) + "\n", args.output)
   return 0
 
 

@@ -23,6 +23,8 @@ import numpy as np
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
+from benchmarks._report import emit  # noqa: E402
+
 SETTINGS = (("shuffled (reset each shift)", ["--protocol=reset_each_shift"]),
             ("Dirichlet alpha = 0.1", ["--label_order=dirichlet", "--dirichlet_alpha=0.1"]),
             ("Dirichlet alpha = 0.01", ["--label_order=dirichlet", "--dirichlet_alpha=0.01"]),
@@ -73,11 +75,7 @@ def main(argv=None) -> int:
   lines += [f"| {label} | {src:.1f} | {frg:.1f} | {hurt}/15 | {secs:.0f} |"
             for label, src, frg, hurt, secs in rows]
   lines += ["", f"# total {time.time() - t0:.0f} s"]
-  report = "\n".join(lines) + "\n"
-  print(report, end="")
-  if args.output:
-    with open(args.output, "w") as f:
-      f.write(report)
+  emit("\n".join(lines) + "\n", args.output)
   return 0
 
 

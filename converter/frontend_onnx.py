@@ -30,6 +30,7 @@ import numpy as np
 from absl import logging
 
 from forge_tflm.converter import onnx_rewrite
+from forge_tflm.converter.onnx_rewrite import node_attr
 from forge_tflm.converter.sites import BNSite, ConversionError, first_line, fold_scale
 
 # The file onnx2tf looks for before downloading (onnx2tf.utils.common_functions).
@@ -91,7 +92,7 @@ class _Graph:
         value = self.resolve(node.input[0])
         if value is None:
           return None
-        to = helper.tensor_dtype_to_np_dtype(_attr(node, "to"))
+        to = helper.tensor_dtype_to_np_dtype(node_attr(node, "to"))
         return value.astype(to)
       name = node.input[0]
     return None
@@ -101,15 +102,6 @@ class _Graph:
     if value is None:
       raise ConversionError(f"{what} ({name}) is not a constant")
     return value
-
-
-def _attr(node, name, default=None):
-  from onnx import helper
-
-  for a in node.attribute:
-    if a.name == name:
-      return helper.get_attribute_value(a)
-  return default
 
 
 def _node_name(node) -> str:
@@ -124,8 +116,8 @@ def _activation_after(g: _Graph, bn) -> str:
   if n.op_type == "Relu":
     return "relu"
   if n.op_type == "Clip":
-    lo = _attr(n, "min")
-    hi = _attr(n, "max")
+    lo = node_attr(n, "min")
+    hi = node_attr(n, "max")
     if len(n.input) > 1 and n.input[1]:
       v = g.resolve(n.input[1])
       lo = float(v) if v is not None else None
@@ -139,7 +131,7 @@ def _activation_after(g: _Graph, bn) -> str:
 
 def _conv_kind(g: _Graph, conv) -> str:
   w = g.const(conv.input[1], f"weights of {_node_name(conv)}")
-  group = int(_attr(conv, "group", 1))
+  group = int(node_attr(conv, "group", 1))
   if w.ndim != 4:
     raise ConversionError(f"conv {_node_name(conv)}: only 2-D convolutions are supported")
   if group == 1:
@@ -178,14 +170,14 @@ def find_onnx_sites(model) -> list[BNSite]:
     if [n.name for n in g.consumers.get(conv.output[0], [])] != [bn.name]:
       raise ConversionError(f"conv {_node_name(conv)} feeds more than BN {_node_name(bn)};"
                             " BN cannot be folded")
-    if int(_attr(bn, "training_mode", 0)):
+    if int(node_attr(bn, "training_mode", 0)):
       raise ConversionError(f"BN {_node_name(bn)} was exported in training mode; export the"
                             " model in eval mode")
     kind = _conv_kind(g, conv)
     gamma = g.const(bn.input[1], f"scale of {_node_name(bn)}").astype(np.float32)
     beta = g.const(bn.input[2], f"bias of {_node_name(bn)}").astype(np.float32)
     var = g.const(bn.input[4], f"variance of {_node_name(bn)}")
-    eps = float(_attr(bn, "epsilon", 1e-5))
+    eps = float(node_attr(bn, "epsilon", 1e-5))
     w = g.const(conv.input[1], "conv weights").astype(np.float64)  # [O, I/g, kH, kW]
     scale = fold_scale(gamma, var, eps)
     folded = w * scale[:, None, None, None]

@@ -57,7 +57,8 @@ def _static_shapes(model) -> dict[str, tuple[int, ...]]:
   return shapes
 
 
-def _attr(node, name, default=None):
+def node_attr(node, name, default=None):
+  """The value of attribute `name` of an ONNX node, or `default`."""
   from onnx import helper
 
   for a in node.attribute:
@@ -82,7 +83,7 @@ def fold_constants(model):
       values = ReferenceEvaluator(node).run(None, {})
     elif node.op_type == "Shape" and node.input[0] in shapes:
       shape = np.array(shapes[node.input[0]], np.int64)
-      start, end = _attr(node, "start", 0), _attr(node, "end", None)
+      start, end = node_attr(node, "start", 0), node_attr(node, "end", None)
       values = [shape[start:end]]
     elif node.op_type not in _NEVER_FOLD and node.domain in ("", "ai.onnx") and \
         all(i == "" or i in consts for i in node.input) and \
@@ -148,10 +149,10 @@ def subsample_pad_to_conv(model):
       consumers.setdefault(i, []).append(n)
   remove, add, inits, rewritten = set(), {}, [], 0
   for pad in m.graph.node:
-    if pad.op_type != "Pad" or (_attr(pad, "mode", b"constant") not in (b"constant",
+    if pad.op_type != "Pad" or (node_attr(pad, "mode", b"constant") not in (b"constant",
                                                                         "constant")):
       continue
-    pads = consts.get(pad.input[1]) if len(pad.input) > 1 else _attr(pad, "pads")
+    pads = consts.get(pad.input[1]) if len(pad.input) > 1 else node_attr(pad, "pads")
     value = consts.get(pad.input[2]) if len(pad.input) > 2 and pad.input[2] else 0.0
     if pads is None or np.size(pads) != 8 or float(np.asarray(value).reshape(-1)[0] if
                                                    np.size(value) else 0.0) != 0.0:
