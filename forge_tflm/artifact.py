@@ -275,8 +275,14 @@ class Artifact:
 
   @classmethod
   def load(cls, path: str, require_manifest: bool = False) -> "Artifact":
+    """Reads `path` and its manifest; the model is validated first
+    (forge_tflm.model_check: a malformed file raises ModelCheckError, an
+    ArtifactError, naming the operator and tensor)."""
+    from forge_tflm.model_check import check_model
+
     with open(path, "rb") as f:
       model = f.read()
+    check_model(model, path)
     mpath = manifest_path(path)
     manifest = None
     if os.path.exists(mpath):

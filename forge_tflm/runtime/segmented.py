@@ -30,8 +30,9 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
+from forge_tflm import model_check
 from forge_tflm import tflite_graph as tg
-from forge_tflm.ops import QuantParams, RecalibOp, RecalibOptions, decode_options
+from forge_tflm.ops import QuantParams, RecalibOp, RecalibOptions
 from forge_tflm.quiet import native_output_hidden
 from forge_tflm.runtime.tflm_kernels import TFLM_HOST_BUILTINS
 
@@ -53,6 +54,7 @@ class _Segment:
   model_bytes: bytes
   inputs: list[int]    # Original tensor indices, in segment-input order.
   outputs: list[int]
+  label: str = ""      # "operators 3-7 (CONV_2D, ADD, ...)", for messages.
   interpreters: dict = dataclasses.field(default_factory=dict)  # batch -> _Bound
 
 
@@ -80,10 +82,14 @@ class ForgeNode:
 
 def _segment_model(model: "schema.ModelT", op_ids: list[int], inputs: list[int],
                    outputs: list[int]) -> bytes:
-  """A model with only ops `op_ids` of subgraph 0 and the tensors/buffers they use."""
+  """A model with only ops `op_ids` of subgraph 0 and the tensors/buffers they use.
+
+  The model has passed model_check.check_model: every operator input is a tensor or
+  -1 (an optional input left out), the only negative index TFLite defines, kept as is.
+  """
   sg = model.subgraphs[0]
   used = sorted({t for i in op_ids for t in list(sg.operators[i].inputs) +
-                 list(sg.operators[i].outputs) if t >= 0} | set(inputs) | set(outputs))
+                 list(sg.operators[i].outputs) if t != -1} | set(inputs) | set(outputs))
   tensor_map = {old: new for new, old in enumerate(used)}
   buffers = [schema.BufferT()]
   tensors = []
@@ -94,7 +100,9 @@ def _segment_model(model: "schema.ModelT", op_ids: list[int], inputs: list[int],
     nt.name, nt.quantization, nt.isVariable = t.name, t.quantization, t.isVariable
     nt.buffer = 0
     if t.buffer > 0 and tg.buffer_array(model, t) is not None:
-      buffers.append(model.buffers[t.buffer])
+      buf = schema.BufferT()  # The data only (never an offset into another file).
+      buf.data = model.buffers[t.buffer].data
+      buffers.append(buf)
       nt.buffer = len(buffers) - 1
     tensors.append(nt)
   ops = []
@@ -104,7 +112,7 @@ def _segment_model(model: "schema.ModelT", op_ids: list[int], inputs: list[int],
     for field in ("opcodeIndex", "builtinOptionsType", "builtinOptions", "customOptions",
                   "customOptionsFormat"):
       setattr(nop, field, getattr(op, field))
-    nop.inputs = [tensor_map[t] if t >= 0 else -1 for t in op.inputs]
+    nop.inputs = [-1 if t == -1 else tensor_map[t] for t in op.inputs]
     nop.outputs = [tensor_map[t] for t in op.outputs]
     ops.append(nop)
   nsg = schema.SubGraphT()
@@ -128,11 +136,17 @@ class SegmentedModel:
       (tests use an identity op to check splitting exactness).
     site_names: operator index -> site name of each FORGE node (the manifest's
       record, `from_artifact`); unnamed nodes are called FORGE_RECALIB@<index>.
+    source: what the bytes are (the file path) in error messages.
+
+  The model is validated first (forge_tflm.model_check): an invalid one raises
+  model_check.ModelCheckError (a ValueError) and never reaches LiteRT. Errors LiteRT
+  still reports while preparing or running a segment come back as one-line
+  ValueErrors naming the segment's operators.
   """
 
   def __init__(self, model_bytes: bytes, kernels: str = "reference",
                host_kernels: dict[str, Callable] | None = None, num_threads: int = 1,
-               site_names: dict[int, str] | None = None):
+               site_names: dict[int, str] | None = None, source: str = "model"):
     # num_threads=1 per segment interpreter: small segments gain nothing from
     # threads, and on the shared 2-core host they only contend. Compare with
     # a plain interpreter at the same count (benchmarks/bench_eval_overhead.py).
@@ -145,9 +159,8 @@ class SegmentedModel:
     self.forge_kernel: Callable | None = None
     self._host_kernels = dict(host_kernels or {})
     self._site_names = dict(site_names or {})
-    model = tg.load_model(model_bytes)
-    if len(model.subgraphs) != 1:
-      raise ValueError(f"models with {len(model.subgraphs)} subgraphs are not supported")
+    self.source = source
+    model = model_check.check_model(model_bytes, source, host_ops=self._host_kernels)
     sg = model.subgraphs[0]
     self._graph_inputs = [int(t) for t in sg.inputs]
     self._graph_outputs = [int(t) for t in sg.outputs]
@@ -193,8 +206,20 @@ class SegmentedModel:
               and tg.buffer_array(model, sg.tensors[t]) is None):
             ins.append(int(t))
       outs = [int(t) for i in ids for t in sg.operators[i].outputs if t in after]
+      names = ", ".join(dict.fromkeys(tg.op_name(model, sg.operators[i]) for i in ids))
+      label = (f"operator {ids[0]}" if len(ids) == 1 else
+               f"operators {ids[0]}-{ids[-1]}") + f" ({names})"
       self._steps.append(("segment", _Segment(_segment_model(model, ids, ins, outs),
-                                              ins, outs)))
+                                              ins, outs, label)))
+
+    # Constants that host steps read (a FORGE or host op may take one as its x).
+    self._host_consts: dict[int, np.ndarray] = {}
+    for kind, step in self._steps:
+      if kind == "host":
+        t = step.input if isinstance(step, ForgeNode) else step[2]
+        data = tg.buffer_array(model, sg.tensors[t])
+        if data is not None:
+          self._host_consts[t] = np.ascontiguousarray(data)
 
     # FORGE node k writes y straight into the input buffer of segment k + 1 when
     # that segment is the only reader of y (saves an allocation and a copy per
@@ -217,13 +242,15 @@ class SegmentedModel:
     sites) or plain model bytes."""
     if isinstance(artifact, (bytes, bytearray)):
       return cls(bytes(artifact), kernels, **kwargs)
+    kwargs.setdefault("source", artifact.path)
     model = cls(artifact.model, kernels, site_names=artifact.site_names, **kwargs)
     if artifact.manifest is not None:
       recorded = {s.op_index for s in artifact.manifest.sites}
       found = {n.op_index for n in model.nodes}
       if recorded != found:
-        raise ValueError(f"{artifact.path}: the manifest's FORGE sites (ops"
-                         f" {sorted(recorded)}) are not the model's (ops {sorted(found)})")
+        raise model_check.ModelCheckError(
+            f"{artifact.path}: the manifest's FORGE sites (ops {sorted(recorded)}) are"
+            f" not the model's (ops {sorted(found)})")
     return model
 
   def _host_node(self, model, i: int):
@@ -237,20 +264,11 @@ class SegmentedModel:
       fn = self._host_kernels[name]
       return (name, lambda x, fn=fn, op=op: fn(x, op), int(op.inputs[0]),
               int(op.outputs[0]))
-    if len(op.inputs) != 3 or len(op.outputs) != 1:
-      raise ValueError(f"FORGE_RECALIB op {i} must have 3 inputs and 1 output")
-    x, out = sg.tensors[op.inputs[0]], sg.tensors[op.outputs[0]]
-    beta = tg.buffer_array(model, sg.tensors[op.inputs[1]])
-    gamma = tg.buffer_array(model, sg.tensors[op.inputs[2]])
-    if beta is None or gamma is None:
-      raise ValueError(f"FORGE_RECALIB op {i}: beta and |gamma| must be constant tensors")
-    options = decode_options(bytes(np.asarray(op.customOptions, np.uint8)))
-    s_x, z_x = tg.per_tensor_quant(x)
-    s_y, z_y = tg.per_tensor_quant(out)
+    # The one FORGE rule (the TFLM kernel's Prepare); check_model has applied it.
+    spec = model_check.forge_node(model, i, self.source)
     node = ForgeNode(name=self._site_names.get(i, f"{tg.FORGE_RECALIB}@{i}"), op_index=i,
-                     input=int(op.inputs[0]), output=int(op.outputs[0]),
-                     op=RecalibOp(options, QuantParams(s_x, z_x, s_y, z_y),
-                                  beta.astype(np.float32), gamma.astype(np.float32)))
+                     input=spec.input, output=spec.output,
+                     op=RecalibOp(spec.options, spec.quant, spec.beta, spec.gamma_abs))
     self.nodes.append(node)
     return node
 
@@ -274,17 +292,27 @@ class SegmentedModel:
     batch = shapes[0][0] if shapes else 1
     bound = seg.interpreters.get(batch)
     if bound is None:
-      with native_output_hidden():  # LiteRT's C++ logs its delegate to stderr.
-        it = Interpreter(model_content=seg.model_bytes, num_threads=self.num_threads,
-                         experimental_op_resolver_type=KERNEL_MODES[self.kernels],
-                         experimental_preserve_all_tensors=False)
-        ins = [d["index"] for d in it.get_input_details()]
-        for i, shape in zip(ins, shapes):
-          it.resize_tensor_input(i, list(shape), strict=False)
-        it.allocate_tensors()
-      bound = _Bound(it, ins, [d["index"] for d in it.get_output_details()])
+      try:
+        with native_output_hidden():  # LiteRT's C++ logs its delegate to stderr.
+          it = Interpreter(model_content=seg.model_bytes, num_threads=self.num_threads,
+                           experimental_op_resolver_type=KERNEL_MODES[self.kernels],
+                           experimental_preserve_all_tensors=False)
+          ins = [d["index"] for d in it.get_input_details()]
+          for i, shape in zip(ins, shapes):
+            it.resize_tensor_input(i, list(shape), strict=False)
+          it.allocate_tensors()
+          outs = [d["index"] for d in it.get_output_details()]
+      except (RuntimeError, ValueError) as e:
+        raise self._litert_error(seg, "rejected", e) from e
+      bound = _Bound(it, ins, outs)
       seg.interpreters[batch] = bound
     return bound
+
+  def _litert_error(self, seg: _Segment, what: str, e: Exception) -> ValueError:
+    detail = " ".join(str(e).split())
+    if len(detail) > 300:
+      detail = detail[:297] + "..."
+    return ValueError(f"{self.source}: LiteRT {what} {seg.label}: {detail}")
 
   def run(self, x: np.ndarray, mode: str = ADAPT) -> np.ndarray:
     """Runs a batch of int8 inputs [N, ...]; returns the int8 output.
@@ -297,7 +325,8 @@ class SegmentedModel:
       raise ValueError(f"input must be int8 (quantize with input_quant), got {x.dtype}")
     if tuple(x.shape[1:]) != self.input_shape:
       raise ValueError(f"input shape {x.shape[1:]} does not match model {self.input_shape}")
-    values: dict[int, np.ndarray] = {self._graph_inputs[0]: np.ascontiguousarray(x)}
+    values: dict[int, np.ndarray] = dict(self._host_consts)
+    values[self._graph_inputs[0]] = np.ascontiguousarray(x)
     written: dict[int, tuple] = {}  # Tensor -> shape, already in its reader's input.
     try:
       for k, (kind, step) in enumerate(self._steps):
@@ -308,7 +337,10 @@ class SegmentedModel:
           for i, t in zip(bound.ins, step.inputs):
             if t not in written:
               it.set_tensor(i, values[t])
-          it.invoke()
+          try:
+            it.invoke()
+          except RuntimeError as e:
+            raise self._litert_error(step, "failed running", e) from e
           for i, t in zip(bound.outs, step.outputs):
             # A view, not a copy: valid until this segment runs again (next batch),
             # by which time this run's `values` are gone.

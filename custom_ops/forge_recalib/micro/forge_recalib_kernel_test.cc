@@ -4,7 +4,9 @@
 // gen_test_vectors.py from the numpy reference and cross-checked with the C
 // core, so passing means kernel == C core == reference, bit for bit. Covers
 // adapt streams (state carried), the reset hook, the LUT path, the errors
-// Prepare must report instead of crashing, and real models (built here as
+// Prepare must report instead of crashing, the generated one-op models of the
+// FORGE rule (accepted or rejected exactly as by the host validator), and
+// real models (built here as
 // flatbuffers, custom_options included) run by MicroInterpreter with
 // MicroMutableOpResolver::AddCustom: frozen mode and reset requests through
 // the per-interpreter forge_tflm::ForgeRecalibControl, MicroInterpreter::Reset,
@@ -213,6 +215,9 @@ struct InterpreterFixture {
   }
 };
 
+// Arena of the FORGE rule cases (static: the largest model needs 8 MiB).
+alignas(16) uint8_t g_rule_arena[9 * 1024 * 1024];
+
 }  // namespace
 
 TF_LITE_MICRO_TESTS_BEGIN
@@ -300,6 +305,12 @@ TF_LITE_MICRO_TEST(BadTensorsFailPrepare) {
   g_fixture.Build(k, k.beta, k.gamma_abs);
   g_fixture.tensors[1].type = kTfLiteInt32;
   TF_LITE_MICRO_EXPECT_EQ(kTfLiteError, PrepareWith(k, opt, n));
+  g_fixture.Build(k, k.beta, k.gamma_abs);  // INT8 beta (issue 20: the host took it).
+  g_fixture.tensors[1].type = kTfLiteInt8;
+  TF_LITE_MICRO_EXPECT_EQ(kTfLiteError, PrepareWith(k, opt, n));
+  g_fixture.Build(k, k.beta, k.gamma_abs);
+  g_fixture.tensors[2].type = kTfLiteInt8;
+  TF_LITE_MICRO_EXPECT_EQ(kTfLiteError, PrepareWith(k, opt, n));
 
   g_fixture.Build(k, k.beta, k.gamma_abs);  // Per-channel quantized x.
   static int zp_data[3] = {2, 0, 0};
@@ -362,6 +373,41 @@ TF_LITE_MICRO_TEST(BadTensorsFailPrepare) {
   gamma_bad[2] = -1.0f;
   g_fixture.Build(k, beta_bad, gamma_bad);
   TF_LITE_MICRO_EXPECT_EQ(kTfLiteError, PrepareWith(k, opt, n));
+}
+
+// The one FORGE rule of host and device: every generated rule case
+// (forge_recalib_test::kRuleCases, a one-op .tflite each) is accepted by the
+// kernel (AllocateTensors runs Init + Prepare, then Invoke) exactly when it is
+// marked accepted, which is also exactly when the host validator
+// (forge_tflm.model_check) accepts it: gen_test_vectors.py asserts that, and
+// tests/custom_ops/test_forge_rule_agreement.py checks it again. The arena
+// holds the M = 2^22 case (x and y 4 MiB each): g_rule_arena, above.
+TF_LITE_MICRO_TEST(RuleCasesAgreeWithHostValidator) {
+  int disagreements = 0;
+  for (int i = 0; i < forge_recalib_test::kRuleCaseCount; ++i) {
+    const forge_recalib_test::RuleCase& rc = forge_recalib_test::kRuleCases[i];
+    const tflite::Model* model = tflite::GetModel(rc.model);
+    tflite::MicroMutableOpResolver<1> resolver;
+    resolver.AddCustom("FORGE_RECALIB", forge_tflm::Register_FORGE_RECALIB());
+    tflite::MicroInterpreter interpreter(model, resolver, g_rule_arena,
+                                         sizeof(g_rule_arena));
+    bool accepted = interpreter.AllocateTensors() == kTfLiteOk;
+    if (accepted) {
+      TfLiteTensor* in = interpreter.input(0);
+      accepted = in != nullptr && in->data.int8 != nullptr;
+      if (accepted) {
+        memset(in->data.int8, 3, in->bytes);
+        accepted = interpreter.Invoke() == kTfLiteOk;
+      }
+    }
+    if (accepted != rc.accepted) {
+      MicroPrintf("rule case %s: the kernel %s it, the host %s it", rc.name,
+                  accepted ? "accepts" : "rejects",
+                  rc.accepted ? "accepts" : "rejects");
+      ++disagreements;
+    }
+  }
+  TF_LITE_MICRO_EXPECT_EQ(0, disagreements);
 }
 
 TF_LITE_MICRO_TEST(InterpreterControlsOnAllCases) {

@@ -86,6 +86,186 @@ def _case(name, rng, shape, opts, quant, steps):
   return "".join(text)
 
 
+# -- FORGE rule cases: one-op models for both sides ---------------------------------
+#
+# Each is a complete .tflite with one FORGE_RECALIB op (x = model input, y = model
+# output). The kernel test runs every one through MicroInterpreter (AllocateTensors =
+# the kernel's Init + Prepare, then Invoke) and the host test
+# (tests/custom_ops/test_forge_rule_agreement.py) through forge_tflm.model_check: both
+# must accept exactly the cases marked accepted. Only FORGE-specific properties vary;
+# the rest of each model is well formed.
+
+_RULE_SHAPE = (1, 4, 4, 5)
+
+
+def _rule_model(x_shape=_RULE_SHAPE, y_shape=None, x_type=None, y_type=None,
+                beta_type=None, gamma_type=None, beta_shape=None, gamma_shape=None,
+                beta=None, gamma=None, x_quant=(0.05, -7), y_quant=(0.03, -100),
+                options=b"default", inputs=None, outputs=None) -> bytes:
+  from ai_edge_litert import schema_py_generated as schema
+
+  from forge_tflm import tflite_graph as tg
+
+  t = schema.TensorType
+  rng = np.random.default_rng(99)
+  c = x_shape[-1] if x_shape else 1
+  model = schema.ModelT()
+  model.version, model.buffers, model.operatorCodes = 3, [schema.BufferT()], []
+  model.description = "forge_recalib rule case"
+  sg = schema.SubGraphT()
+  sg.tensors, sg.operators, sg.name = [], [], "main"
+
+  def quant(q):
+    if q is None:
+      return None
+    scales, zeros = q
+    qp = schema.QuantizationParametersT()
+    qp.scale = list(np.atleast_1d(scales).astype(float))
+    qp.zeroPoint = list(np.atleast_1d(zeros).astype(int))
+    qp.quantizedDimension = len(x_shape) - 1 if len(qp.scale) > 1 else 0
+    return qp
+
+  def tensor(name, shape, ttype, q=None, data=None):
+    ten = schema.TensorT()
+    ten.name, ten.shape, ten.type, ten.quantization = name, list(shape), ttype, q
+    ten.buffer = 0 if data is None else tg.add_const_buffer(model, data)
+    sg.tensors.append(ten)
+    return len(sg.tensors) - 1
+
+  default_beta = rng.normal(0.0, 0.5, c).astype(np.float32)
+  default_gamma = rng.uniform(0.5, 2.0, c).astype(np.float32)
+  b_shape = beta_shape or (c,)
+  g_shape = gamma_shape or (c,)
+  b_type = beta_type if beta_type is not None else t.FLOAT32
+  g_type = gamma_type if gamma_type is not None else t.FLOAT32
+  dtypes = {t.FLOAT32: np.float32, t.INT8: np.int8, t.INT32: np.int32}
+  b_data = (beta if beta is not None else np.resize(default_beta, b_shape)
+            ).astype(dtypes[b_type])
+  g_data = (gamma if gamma is not None else np.resize(default_gamma, g_shape)
+            ).astype(dtypes[g_type])
+  x = tensor("x", x_shape, x_type if x_type is not None else t.INT8, quant(x_quant))
+  b = tensor("beta", b_shape, b_type, data=b_data)
+  g = tensor("gamma_abs", g_shape, g_type, data=g_data)
+  y = tensor("y", y_shape or x_shape, y_type if y_type is not None else t.INT8,
+             quant(y_quant))
+  op = schema.OperatorT()
+  op.opcodeIndex = tg.custom_opcode_index(model, "FORGE_RECALIB")
+  op.inputs = list(inputs if inputs is not None else [x, b, g])
+  op.outputs = list(outputs if outputs is not None else [y])
+  if options == b"default":
+    options = ops.encode_options(ops.RecalibOptions(momentum=0.25, eps=1e-3,
+                                                    activation="relu6"))
+  if options is not None:
+    op.customOptions = list(options)
+    op.customOptionsFormat = schema.CustomOptionsFormat.FLEXBUFFERS
+  sg.operators.append(op)
+  sg.inputs, sg.outputs = [x], [y]
+  model.subgraphs = [sg]
+  return tg.save_model(model)
+
+
+def _flexbuffer_map(**items) -> bytes:
+  from flatbuffers import flexbuffers
+
+  fbb = flexbuffers.Builder()
+  with fbb.Map():
+    for key, value in items.items():
+      fbb.Key(key)
+      if isinstance(value, float):
+        fbb.Float(value)
+      elif isinstance(value, int):
+        fbb.Int(value)
+      else:
+        fbb.String(value)
+  return bytes(fbb.Finish())
+
+
+def rule_cases() -> list[tuple[str, bytes, bool]]:
+  """(name, model bytes, accepted) for the FORGE rule both sides enforce."""
+  from ai_edge_litert import schema_py_generated as schema
+
+  t = schema.TensorType
+  c = _RULE_SHAPE[-1]
+  nan_beta = np.zeros(c, np.float32)
+  nan_beta[2] = np.nan
+  neg_gamma = np.ones(c, np.float32)
+  neg_gamma[1] = -1.0
+  cases = [
+      ("valid", {}, True),
+      ("valid_rank2", dict(x_shape=(3, c)), True),
+      ("valid_rank3", dict(x_shape=(2, 6, c)), True),
+      ("valid_scale_2^-40", dict(x_quant=(2.0**-40, 0)), True),
+      ("valid_beta_2^40_gamma_0", dict(beta=np.full(c, 2.0**40, np.float32),
+                                       gamma=np.zeros(c, np.float32)), True),
+      ("valid_m_2^22", dict(x_shape=(1, 2048, 2048, 1)), True),
+      ("beta_int8", dict(beta_type=t.INT8), False),  # issue 20: host accepted it
+      ("gamma_int8", dict(gamma_type=t.INT8), False),
+      ("beta_int32", dict(beta_type=t.INT32), False),
+      ("x_uint8", dict(x_type=t.UINT8, x_quant=(0.05, 0)), False),
+      ("y_int16", dict(y_type=t.INT16, y_quant=(0.03, 0)), False),
+      ("x_float32", dict(x_type=t.FLOAT32, x_quant=None), False),
+      ("x_rank1", dict(x_shape=(c,)), False),
+      ("x_rank5", dict(x_shape=(1, 1, 2, 2, c)), False),
+      ("y_shape_differs", dict(y_shape=(1, 4, 2, 2 * c)), False),
+      ("x_batch_0", dict(x_shape=(0, 4, 4, c)), False),
+      ("m_over_2^22", dict(x_shape=(1, 2049, 2048, 1)), False),
+      ("beta_shape_c_plus_1", dict(beta_shape=(c + 1,)), False),
+      ("gamma_rank2", dict(gamma_shape=(1, c)), False),
+      ("x_per_channel", dict(x_quant=(np.full(c, 0.05), np.zeros(c, int))), False),
+      ("x_not_quantized", dict(x_quant=None), False),
+      ("x_zero_point_missing", dict(x_quant=([0.05], [])), False),
+      ("x_scale_0", dict(x_quant=(0.0, 0)), False),
+      ("y_scale_2^41", dict(y_quant=(2.0**41, 0)), False),
+      ("y_scale_2^-41", dict(y_quant=(2.0**-41, 0)), False),
+      ("y_zero_point_128", dict(y_quant=(0.03, 128)), False),
+      ("beta_nan", dict(beta=nan_beta), False),
+      ("gamma_negative", dict(gamma=neg_gamma), False),
+      ("beta_2^41", dict(beta=np.full(c, 2.0**41, np.float32)), False),
+      ("options_missing", dict(options=None), False),
+      ("options_momentum_and_window", dict(options=_flexbuffer_map(
+          momentum=0.1, window=8)), False),
+      ("options_unknown_key", dict(options=_flexbuffer_map(momentum=0.1, gain=1.0)),
+       False),
+      ("options_eps_0", dict(options=_flexbuffer_map(momentum=0.1, eps=0.0)), False),
+      ("options_truncated", dict(options=ops.encode_options(
+          ops.RecalibOptions(momentum=0.1))[:-3]), False),
+      ("two_inputs", dict(inputs=[0, 1]), False),
+      ("four_inputs", dict(inputs=[0, 1, 2, 2]), False),
+      ("beta_input_missing", dict(inputs=[0, -1, 2]), False),
+      ("two_outputs", dict(outputs=[3, 3]), False),
+  ]
+  return [(name, _rule_model(**kwargs), accepted) for name, kwargs, accepted in cases]
+
+
+def _rule_cases_text() -> str:
+  cases = rule_cases()
+  try:  # The host's verdicts, when forge_tflm can validate (always in the repo).
+    from forge_tflm.model_check import check_model
+  except ImportError:
+    check_model = None
+  out = ["// FORGE rule cases (rule_cases() in gen_test_vectors.py): one-op models\n"
+         "// that the TFLM kernel (Init + Prepare + Eval) and the host validator\n"
+         "// (forge_tflm.model_check) must both accept or both reject.\n"]
+  for k, (name, data, accepted) in enumerate(cases):
+    if check_model is not None:
+      try:
+        check_model(data, name)
+        host = True
+      except ValueError:
+        host = False
+      assert host == accepted, f"host validator {'accepts' if host else 'rejects'} {name}"
+    body = _c_array("uint8_t", f"kRuleCase{k}", np.frombuffer(data, np.uint8), 24)
+    out.append(f"// {name}: {'accepted' if accepted else 'rejected'}\n"
+               + body.replace("alignas(8)", "alignas(16)"))
+  out.append("struct RuleCase {\n  const char* name;\n  const uint8_t* model;\n"
+             "  bool accepted;\n};\n")
+  out.append(f"constexpr int kRuleCaseCount = {len(cases)};\n")
+  out.append("const RuleCase kRuleCases[kRuleCaseCount] = {\n" + "".join(
+      f"    {{\"{name}\", kRuleCase{k}, {'true' if accepted else 'false'}}},\n"
+      for k, (name, _, accepted) in enumerate(cases)) + "};\n")
+  return "".join(out)
+
+
 def generate() -> str:
   rng = np.random.default_rng(1234)
   cases = [
@@ -116,6 +296,7 @@ def generate() -> str:
   out += [c + "\n" for c in cases]
   for name, data in bad.items():
     out.append(_c_array("uint8_t", f"kBadOptions{name}", np.frombuffer(data, np.uint8)))
+  out.append("\n" + _rule_cases_text())
   out.append(f"\n}}  // namespace forge_recalib_test\n\n#endif  // {HEADER_GUARD}\n")
   return "".join(out)
 

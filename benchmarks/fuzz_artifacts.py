@@ -1,0 +1,99 @@
+"""Long mutation fuzz of artifacts through the evaluator's loading path (issue 20).
+
+The CI test (tests/runtime/test_fuzz_artifacts.py) runs mutants 0-9,999; this runs
+--mutants (default 100,000) of the same generator (tests/runtime/artifact_fuzz.py:
+two seed artifacts, byte/bit/word/truncation and structured mutations, each mutant in
+its own forked child of a fork server: Artifact.load, SegmentedModel.from_artifact,
+one inference) and prints the counts measured. A crash, hang or unclean error is
+listed with its mutant (kept under --workdir) and makes the exit status 1.
+
+  python benchmarks/fuzz_artifacts.py --output=benchmarks/results/fuzz_artifacts.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+
+from tests.runtime import artifact_fuzz as af  # noqa: E402
+
+
+def _table(title: str, rows: dict) -> list[str]:
+  outcomes = [o for o in af.OUTCOMES]
+  lines = [f"{title:<12}" + "".join(f"{o:>10}" for o in outcomes) + f"{'total':>10}"]
+  for name, counts in sorted(rows.items()):
+    lines.append(f"{name:<12}" + "".join(f"{counts.get(o, 0):>10,}" for o in outcomes)
+                 + f"{sum(counts.values()):>10,}")
+  return lines
+
+
+def report(summary: dict, command: str) -> str:
+  counts = summary["counts"]
+  n = summary["mutants"]
+  lines = [
+      f"# {datetime.date.today().isoformat()}: {command}",
+      f"# tests/runtime/artifact_fuzz.py, run seed {summary['run_seed']}, mutants"
+      f" {summary['start']}-{summary['start'] + n - 1}, {summary['workers']} fork-server"
+      f" workers, one forked child per mutant (alarm {af.TIME_LIMIT_S} s, +"
+      f"{af.MEMORY_LIMIT_BYTES >> 30} GiB address space); {platform.platform()},"
+      f" Python {platform.python_version()}, {os.cpu_count()} CPUs",
+      "",
+      f"mutants: {n:,}",
+      "outcomes: " + ", ".join(f"{o} {counts.get(o, 0):,}" for o in af.OUTCOMES),
+      f"crashes (abort, segfault, any signal): {counts.get('crash', 0)}",
+      f"hangs (past {af.TIME_LIMIT_S} s): {counts.get('hang', 0)}",
+      f"unclean errors (other exception or multi-line message): {counts.get('error', 0)}",
+      "rejections by: " + ", ".join(f"{k} {v:,}" for k, v in
+                                    sorted(summary["rejected_by"].items())),
+      f"wall: {summary['wall_seconds']:,.0f} s, CPU (workers and children):"
+      f" {summary['cpu_seconds']:,.0f} s = {1000 * summary['cpu_seconds'] / max(n, 1):.1f}"
+      f" ms per mutant; slowest mutant {summary['max_mutant_seconds']:.2f} s, mean"
+      f" {1000 * summary['mean_mutant_seconds']:.1f} ms (wall, shared host)",
+      "",
+      *_table("seed", summary["by_seed"]),
+      "",
+      *_table("mutator", summary["by_mutator"]),
+  ]
+  if summary["findings"]:
+    lines += ["", "findings:"] + [
+        f"  #{r['index']} {r['seed']}/{r['mutator']} ({r['kernels']}): {r['desc']} ->"
+        f" {r['outcome']}: {r['message'][:200]} ({r.get('file', '')})"
+        for r in summary["findings"]]
+  if summary["rejected_not_by_validator"]:
+    lines += ["", "rejected by LiteRT after validation (first 100):"] + [
+        f"  #{r['index']} {r['seed']}/{r['mutator']}: {r['desc']} -> {r['message'][:200]}"
+        for r in summary["rejected_not_by_validator"]]
+  return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--mutants", type=int, default=100_000)
+  p.add_argument("--workers", type=int, default=2)
+  p.add_argument("--run_seed", type=int, default=0)
+  p.add_argument("--start", type=int, default=0)
+  p.add_argument("--workdir", default=None, help="mutant files and findings")
+  p.add_argument("--output", default=None, help="also write the report here")
+  args = p.parse_args(argv)
+  summary = af.fuzz(args.mutants, args.workers, args.run_seed, args.start, args.workdir,
+                    progress=lambda done, counts: print(
+                        f"{done:,} {dict(counts)}", file=sys.stderr, flush=True))
+  command = "python benchmarks/fuzz_artifacts.py " + " ".join(
+      a for a in (argv if argv is not None else sys.argv[1:]))
+  text = report(summary, command.strip())
+  sys.stdout.write(text)
+  if args.output:
+    with open(args.output, "w") as f:
+      f.write(text)
+  bad = any(counts for o, counts in summary["counts"].items() if o in af.FAILURES)
+  return 1 if bad or any(summary["worker_exit_codes"]) else 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
