@@ -4,7 +4,7 @@
     select (select.py) -> calibration inputs (calibration.py) -> float and int8
     conversion (quantize.py) -> parity gate (parity.py) -> match convs (match.py) ->
     pre-activation ranges (calibration.py) -> insert FORGE_RECALIB (insert.py) ->
-    outputs (outputs.py)
+    model checks (forge_tflm.model_check) -> outputs (outputs.py)
 
 Each pass reads and fills a few fields of `_Context` and calls one module, which is
 unit-tested on its own; recording BN targets (find sites) is separate from
@@ -167,8 +167,20 @@ def _insert(ctx: _Context) -> None:
   ctx.tflite = tg.save_model(ctx.model_t)
 
 
+def _validate(ctx: _Context) -> None:
+  """What convert writes must load where it is used (the evaluator, the firmware
+  export): the same model checks, so a model they would refuse fails here."""
+  from forge_tflm import model_check
+
+  for what, data in (("FORGE", ctx.tflite), ("plain int8", ctx.plain_tflite)):
+    try:
+      model_check.check_model(data, f"the converted {what} model")
+    except model_check.ModelCheckError as e:
+      raise ConversionError(f"{e} (the evaluator and devices would refuse it)") from e
+
+
 PASSES = (_load, _find_sites, _select, _calibration_inputs, _quantize, _parity, _match,
-          _preact_ranges, _insert)
+          _preact_ranges, _insert, _validate)
 
 
 def _io_quant(model_t) -> tuple[tuple[float, int], tuple[float, int]]:

@@ -4,7 +4,7 @@ The public API, imported lazily so that `forge_tflm --help` stays fast:
 
     convert, ConvertOptions, ConversionError      float model -> FORGE .tflite + manifest
     Artifact, Manifest, SiteRecord, InputContract the .tflite + manifest, typed
-    ArtifactError
+    ArtifactError, check_model                    (the model checks every loader runs)
     SegmentedModel                                run a FORGE .tflite in LiteRT
     RecalibOptions, RecalibOp, RecalibState,      the op: options, a prepared node,
     QuantParams, forge_recalib_c,                 state, the C core and the numpy
@@ -30,6 +30,7 @@ _EXPORTS = {
     "InputContract": "forge_tflm.artifact",
     "Manifest": "forge_tflm.artifact",
     "SiteRecord": "forge_tflm.artifact",
+    "check_model": "forge_tflm.model_check",
     "SegmentedModel": "forge_tflm.runtime.segmented",
     "RecalibOptions": "forge_tflm.ops",
     "RecalibOp": "forge_tflm.ops",

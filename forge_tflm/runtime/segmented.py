@@ -283,7 +283,24 @@ class SegmentedModel:
     return [n.state.data.copy() for n in self.nodes]
 
   def set_state(self, states: list[np.ndarray]) -> None:
+    """Restores get_state()'s values. Refuses (ValueError) a wrong count or shape, and
+    values the op would repair at once (SPEC "Repair": a non-finite mean or a
+    non-finite or negative variance), rather than accepting a corrupted state."""
+    states = list(states)
+    if len(states) != len(self.nodes):
+      raise ValueError(f"set_state: {len(states)} states for {len(self.nodes)} FORGE nodes")
+    checked = []
     for n, s in zip(self.nodes, states):
+      s = np.asarray(s, np.float32)
+      c = n.state.channels
+      if s.shape != (2 * c,):
+        raise ValueError(f"set_state: node {n.name} takes {2 * c} values "
+                         f"[mu x {c}, var x {c}], got shape {s.shape}")
+      if not (np.isfinite(s).all() and (s[c:] >= 0).all()):
+        raise ValueError(f"set_state: node {n.name}: the state must be finite with "
+                         "variances >= 0")
+      checked.append(s)
+    for n, s in zip(self.nodes, checked):
       n.state.data[:] = s
 
   # -- execution ------------------------------------------------------------------

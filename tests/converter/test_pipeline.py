@@ -207,3 +207,24 @@ def test_bundled_resnet20_converts_with_all_sites(tmp_path):
   assert manifest["totals"]["target_bytes_flash"] == 6272
   with open(out, "rb") as f:
     assert len(SegmentedModel(f.read()).nodes) == 21
+
+
+def test_a_model_the_evaluator_would_refuse_fails_at_convert(tmp_path, monkeypatch):
+  """convert checks its output with forge_tflm.model_check (what Artifact.load and the
+  firmware export run), so an unsupported or malformed result fails here, not later."""
+  from forge_tflm import model_check
+
+  calls = []
+
+  def refuse(data, source="model", host_ops=()):
+    calls.append(source)
+    raise model_check.ModelCheckError(f"{source}: operator 3 (TRANSPOSE) is not supported")
+
+  monkeypatch.setattr(model_check, "check_model", refuse)
+  keras_path = str(tmp_path / "tiny.keras")
+  tiny_models.tiny_resnet().save(keras_path)
+  out = tmp_path / "o.tflite"
+  with pytest.raises(ConversionError, match="converted FORGE model: operator 3 "
+                     r"\(TRANSPOSE\) is not supported \(the evaluator and devices"):
+    convert(keras_path, str(out), tiny_models.random_images(16), ConvertOptions())
+  assert calls == ["the converted FORGE model"] and not out.exists()

@@ -132,3 +132,25 @@ def test_fast_forge_path_matches_plain_host_step(models, kernels):
     results.append((y, y.copy()))
   for y, kept in results:  # Outputs are the caller's own arrays.
     np.testing.assert_array_equal(y, kept)
+
+
+def test_set_state_refuses_what_would_corrupt_the_stream(models):
+  """Issue 20: a NaN/inf state was accepted and pinned outputs at -128 forever."""
+  _, forge = models
+  seg = SegmentedModel(forge, "reference")
+  good = seg.get_state()
+  seg.set_state([s * 1.5 for s in good])  # Usable values are taken as given.
+  np.testing.assert_array_equal(seg.get_state()[0], good[0] * np.float32(1.5))
+  bad_cases = {
+      "finite with variances >= 0": lambda s: np.where(np.arange(s.size) == 0, np.nan, s),
+      "variances >= 0": lambda s: np.concatenate([s[:s.size // 2], -s[s.size // 2:]]),
+      "takes": lambda s: s[:-1],
+  }
+  for why, corrupt in bad_cases.items():
+    with pytest.raises(ValueError, match=why):
+      seg.set_state([corrupt(good[0])] + good[1:])
+  with pytest.raises(ValueError, match="states for 5 FORGE nodes"):
+    seg.set_state(good[:2])
+  # Nothing was half-applied.
+  np.testing.assert_array_equal(seg.get_state()[0], good[0] * np.float32(1.5))
+  np.testing.assert_array_equal(seg.get_state()[1], good[1] * np.float32(1.5))
