@@ -291,7 +291,10 @@ class Artifact:
           data = json.load(f)
       except json.JSONDecodeError as e:
         raise ArtifactError(f"{mpath}: not JSON ({e})") from e
-      manifest = Manifest.from_json(data)
+      try:
+        manifest = Manifest.from_json(data)
+      except ArtifactError as e:
+        raise ArtifactError(f"{mpath}: {e}") from e
       if manifest.model_sha256 != hashlib.sha256(model).hexdigest():
         raise ArtifactError(f"manifest {mpath} is for another model (sha256 mismatch)")
     elif require_manifest:

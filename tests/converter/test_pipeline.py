@@ -228,3 +228,19 @@ def test_a_model_the_evaluator_would_refuse_fails_at_convert(tmp_path, monkeypat
                      r"\(TRANSPOSE\) is not supported \(the evaluator and devices"):
     convert(keras_path, str(out), tiny_models.random_images(16), ConvertOptions())
   assert calls == ["the converted FORGE model"] and not out.exists()
+
+
+def test_artifact_load_names_a_malformed_manifest(converted, tmp_path):
+  """Issue 20: Artifact.load said only "malformed manifest: KeyError: 'channels'"."""
+  import shutil
+  from forge_tflm.artifact import ArtifactError
+
+  _, out, _ = converted
+  model = tmp_path / "m.tflite"
+  shutil.copy(out, model)
+  doc = json.loads(open(os.path.splitext(out)[0] + ".json").read())
+  del doc["sites"][0]["channels"]
+  (tmp_path / "m.json").write_text(json.dumps(doc))
+  with pytest.raises(ArtifactError, match=f"^{tmp_path / 'm.json'}: malformed manifest.*"
+                     "channels"):
+    Artifact.load(str(model))
