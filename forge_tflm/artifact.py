@@ -291,6 +291,8 @@ class Artifact:
           data = json.load(f)
       except json.JSONDecodeError as e:
         raise ArtifactError(f"{mpath}: not JSON ({e})") from e
+      except UnicodeDecodeError as e:
+        raise ArtifactError(f"{mpath}: not JSON (not UTF-8 text)") from e
       try:
         manifest = Manifest.from_json(data)
       except ArtifactError as e:

@@ -71,6 +71,16 @@ def file_sha256(path: str) -> str:
   return h.hexdigest()
 
 
+def check_input_file(path: str, what: str) -> None:
+  """An input that must be a readable file: one-line OSError naming `what` otherwise."""
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"{what} {path} does not exist")
+  if not os.path.isfile(path):
+    raise IsADirectoryError(f"{what} {path} is not a file")
+  if not os.access(path, os.R_OK):
+    raise PermissionError(f"{what} {path} is not readable")
+
+
 def check_output_dir(path: str, what: str = "output directory") -> None:
   """Raises a one-line error unless files can be created in directory `path`.
 

@@ -104,8 +104,8 @@ def run(fv: flags.FlagValues, command: str) -> int:
       parity_tolerance=fv.parity_tolerance, parity_images=fv.parity_images)
   # Inputs and outputs next, still before TensorFlow loads (~10 s).
   from forge_tflm.converter import outputs
-  if not os.path.isfile(fv.model):
-    raise ValueError(f"--model {fv.model!r} does not exist or is not a file")
+  from forge_tflm.fileio import check_input_file
+  check_input_file(fv.model, "--model")
   if fv.data_dir is not None and not os.path.exists(fv.data_dir):
     raise ValueError(f"--data_dir {fv.data_dir!r} does not exist")
   outputs.check_output_paths(outputs.output_paths(fv.output, fv.c_array, fv.plain_output),

@@ -207,11 +207,11 @@ def _check_paths(fv: flags.FlagValues, methods):
   if fv.data_dir and not os.path.exists(fv.data_dir):
     raise _flag_error("data_dir", fv.data_dir, "does not exist")
   if fv.keras_model and any(m in ("source-fp32", "bn-adapt", "tent") for m in methods):
-    checks.check_file(fv.keras_model, "--keras_model")
+    checks.check_input_file(fv.keras_model, "--keras_model")
   checks.check_output_dir(fv.output_dir, "--output_dir")
   if not fv.artifact:
     return None
-  checks.check_file(fv.artifact, "--artifact")
+  checks.check_input_file(fv.artifact, "--artifact")
   artifact = checks.load_artifact(fv.artifact)
   sites = checks.forge_sites(artifact)
   needing = [m for m in methods if m in checks.FORGE_METHODS]

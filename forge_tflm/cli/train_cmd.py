@@ -7,7 +7,6 @@ command again resumes there.
 
 from __future__ import annotations
 
-import os
 
 from absl import flags
 
@@ -74,9 +73,10 @@ def run(fv: flags.FlagValues, command: str) -> int:
       swa_learning_rate=fv.swa_learning_rate, teachers=tuple(fv.teacher),
       distillation_weight=fv.distillation_weight,
       distillation_temperature=fv.distillation_temperature, limit_train=fv.limit_train)
+  from forge_tflm.fileio import check_input_file
   for flag, path in [("--init_from", fv.init_from)] + [("--teacher", t) for t in fv.teacher]:
-    if path and not os.path.isfile(path):
-      raise ValueError(f"{flag} {path!r} does not exist or is not a file")
+    if path:
+      check_input_file(path, flag)
   if not fv.output.endswith(".keras"):
     raise ValueError(f"--output must end in .keras, got {fv.output!r}")
   train_set = load_dataset(fv.dataset, "train", fv.data_dir)

@@ -9,12 +9,11 @@ directory.
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import numpy as np
 
-from forge_tflm.artifact import Artifact, ArtifactError, manifest_path
-from forge_tflm.fileio import check_output_dir
+from forge_tflm.artifact import Artifact, ArtifactError
+from forge_tflm.fileio import check_input_file, check_output_dir
 
 
 # Methods that act at the artifact's FORGE_RECALIB sites: on a model without
@@ -39,23 +38,9 @@ class ForgeSite:
 
 
 def load_artifact(path: str) -> Artifact:
-  """Artifact.load with every failure a one-line error that names the file."""
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"artifact {path} does not exist")
-  if not os.path.isfile(path):
-    raise IsADirectoryError(f"artifact {path} is not a file")
-  try:
-    return Artifact.load(path)
-  except ArtifactError as e:
-    mpath = manifest_path(path)
-    text = str(e)
-    # The model's own errors name it; the manifest's (KeyError, ...) may not.
-    raise ArtifactError(text if path in text or mpath in text
-                        else f"{mpath}: {text}") from e
-  except UnicodeDecodeError as e:
-    raise ArtifactError(f"{manifest_path(path)}: not JSON (not UTF-8 text)") from e
-  except OSError as e:
-    raise OSError(f"artifact {path}: {e.strerror or e}") from e
+  """Artifact.load of an input file (its errors name the model or the manifest)."""
+  check_input_file(path, "artifact")
+  return Artifact.load(path)
 
 
 def forge_sites(artifact: Artifact) -> list[ForgeSite]:
@@ -63,35 +48,25 @@ def forge_sites(artifact: Artifact) -> list[ForgeSite]:
   the manifest: a plain int8 model has none)."""
   from forge_tflm import tflite_graph as tg
 
-  try:
-    model = tg.load_model(artifact.model)
-  except tg.ModelFormatError as e:
-    raise ArtifactError(f"{artifact.path}: {e}") from e
+  # Artifact.load has validated the graph (forge_tflm.model_check).
+  model = tg.load_model(artifact.model)
   names = artifact.site_names
   sites = []
-  try:
-    sg = model.subgraphs[0]
-    for i, op in enumerate(sg.operators):
-      if tg.is_custom(model, op) and tg.op_name(model, op) == tg.FORGE_RECALIB:
-        shape = [int(d) for d in np.asarray(sg.tensors[op.inputs[0]].shape).ravel()]
-        pixels = int(np.prod(shape[1:-1])) if len(shape) > 2 else 1
-        sites.append(ForgeSite(names.get(i, f"{tg.FORGE_RECALIB}@{i}"), i, max(1, pixels)))
-  except (IndexError, TypeError, AttributeError) as e:
-    raise ArtifactError(f"{artifact.path}: malformed graph ({type(e).__name__}: {e})") from e
+  sg = model.subgraphs[0]
+  for i, op in enumerate(sg.operators):
+    if tg.is_custom(model, op) and tg.op_name(model, op) == tg.FORGE_RECALIB:
+      shape = [int(d) for d in np.asarray(sg.tensors[op.inputs[0]].shape).ravel()]
+      pixels = int(np.prod(shape[1:-1])) if len(shape) > 2 else 1
+      sites.append(ForgeSite(names.get(i, f"{tg.FORGE_RECALIB}@{i}"), i, max(1, pixels)))
   return sites
 
 
-def input_shape(artifact: Artifact) -> tuple[int, ...] | None:
-  """The model input's shape without the batch dimension (None if unreadable)."""
+def input_shape(artifact: Artifact) -> tuple[int, ...]:
+  """The model input's shape without the batch dimension (the graph is validated)."""
   from forge_tflm import tflite_graph as tg
 
-  try:
-    model = tg.load_model(artifact.model)
-    sg = model.subgraphs[0]
-    shape = np.asarray(sg.tensors[sg.inputs[0]].shape).ravel()
-    return tuple(int(d) for d in shape[1:])
-  except Exception:  # pylint: disable=broad-except
-    return None  # forge_sites() reports a malformed model with its file.
+  sg = tg.load_model(artifact.model).subgraphs[0]
+  return tuple(int(d) for d in np.asarray(sg.tensors[sg.inputs[0]].shape).ravel()[1:])
 
 
 def max_batch_size(sites: list[ForgeSite]) -> int | None:
@@ -119,15 +94,6 @@ def check_artifact(artifact: Artifact, methods, batch_size: int) -> list[ForgeSi
         f" N*H*W <= {max_m()} (2^22) elements per channel, and site {big.name} has"
         f" H*W = {big.pixels}, so the batch size must be <= {limit}")
   return sites
-
-
-def check_file(path: str, what: str) -> None:
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"{what} {path} does not exist")
-  if not os.path.isfile(path):
-    raise IsADirectoryError(f"{what} {path} is not a file")
-  if not os.access(path, os.R_OK):
-    raise PermissionError(f"{what} {path} is not readable")
 
 
 def check_outputs(output_dir: str | None) -> None:

@@ -125,7 +125,7 @@ def check_inputs(config: EvalConfig, artifact_path: str | None, keras_path: str 
     artifact = checks.load_artifact(artifact_path)
     checks.check_artifact(artifact, config.methods, config.batch_size)
   if keras_path and fp32:
-    checks.check_file(keras_path, "float model")
+    checks.check_input_file(keras_path, "float model")
   checks.check_outputs(output_dir)
   return artifact
 
