@@ -2,17 +2,19 @@
 
 Streams the CIFAR-10 test split (10,000 clean images, reshuffled every pass) through a
 FORGE artifact at batch 1 with adaptation on, in the evaluator's runtime (LiteRT +
-the C core, `reference` kernels unless --kernels=optimized), for --images images.
+the C core, the evaluator's default `optimized` kernels unless --kernels=reference,
+which is about 25x slower), for --images images.
 Every --block images it records the block's top-1 accuracy and the state's extremes
 (max |mu|, min and max var, any non-finite value). The band: after the first pass over
 the split, every block's accuracy must stay within --band points of that first pass's
 (adaptation must not drift over time); the int8 source's accuracy (FORGE frozen) on the
 same split is reported beside it. Progress and the state are
 checkpointed after every block (--out/long_stream.json and .npz), so a stopped run
-continues where it was: 1,000,000 images take hours at batch 1.
+continues where it was.
 
     python benchmarks/long_stream.py --artifact=runs/r20_forge.tflite \\
-        --data_dir=../shared/datasets/cifar10 --images=1000000 --out=runs/long_stream
+        --data_dir=../shared/datasets/cifar10 --images=1000000 --out=runs/long_stream \\
+        --output=benchmarks/results/long_stream.txt
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import numpy as np
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
+from benchmarks._report import emit  # noqa: E402
+
 
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -37,8 +41,10 @@ def main(argv=None) -> int:
   ap.add_argument("--images", type=int, default=1_000_000)
   ap.add_argument("--block", type=int, default=10_000)
   ap.add_argument("--band", type=float, default=2.0, help="points around the source")
-  ap.add_argument("--kernels", default="reference", choices=("reference", "optimized"))
+  ap.add_argument("--kernels", default="optimized", choices=("reference", "optimized"))
   ap.add_argument("--out", required=True, help="folder for the log and the checkpoint")
+  ap.add_argument("--output", default=None, help="also write the summary (and copy the "
+                  "block log beside it as .json)")
   args = ap.parse_args(argv)
 
   from forge_tflm.artifact import Artifact
@@ -109,11 +115,21 @@ def main(argv=None) -> int:
     print(json.dumps(block), flush=True)
   blocks = log["blocks"]
   judged = [b for b in blocks if b["in_band"] is not None]
-  print(f"{done:,} images: all finite {all(b['finite'] for b in blocks)}; after the first "
-        f"pass ({log.get('first_pass_accuracy', float('nan')):.4f}) "
-        f"{sum(b['in_band'] for b in judged)}/{len(judged)} blocks within +-{args.band} "
-        f"points; int8 source {log['source_accuracy']:.4f}; "
+  accs = [b["accuracy"] for b in blocks]
+  summary = (f"{done:,} images at batch 1 ({args.kernels} kernels): state finite in "
+        f"{sum(b['finite'] for b in blocks)}/{len(blocks)} blocks (max |mu| "
+        f"{max(b['max_abs_mu'] for b in blocks):.3g}, var in "
+        f"[{min(b['min_var'] for b in blocks):.3g}, {max(b['max_var'] for b in blocks):.3g}]); "
+        f"block accuracy {min(accs):.4f}-{max(accs):.4f}, "
+        f"{sum(b['in_band'] for b in judged)}/{len(judged)} blocks after the first pass "
+        f"within +-{args.band} points of its {log.get('first_pass_accuracy', float('nan')):.4f}; "
+        f"int8 source (FORGE frozen) {log['source_accuracy']:.4f}; "
+        f"{sum(b['seconds'] for b in blocks):.0f} s, "
         f"{sum(b['seconds'] for b in blocks) / done * 1e3:.2f} ms/image")
+  emit(f"# {log['date']}: {log['command']}\n{summary}\n", args.output)
+  if args.output:
+    with open(os.path.splitext(args.output)[0] + ".json", "w") as f:
+      json.dump(log, f, indent=1)
   return 0
 
 
