@@ -91,6 +91,9 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
   flags.DEFINE_float("gate_delta", None, "Gate: keep adapting iff the probe's score"
                      " exceeds this (default: 0.03 nats for diversity_gain, 0 for"
                      " confidence_gain, 0.05 for confidence_drop).", flag_values=fv)
+  flags.DEFINE_integer("gate_period", None, "Gate without stream boundaries: probe"
+                       " again every N images (from one probe's start to the next) and"
+                       " decide again; unset: decide once per stream.", flag_values=fv)
   flags.DEFINE_float("gate_reference", None, "confidence_drop: the source's mean"
                      " top-1 confidence on clean held-out data (default: measured on"
                      " the clean split of generated corruptions).", flag_values=fv)
@@ -177,6 +180,8 @@ def _check_flags(fv: flags.FlagValues) -> list[str]:
 
   if fv.gate_warmup is not None and fv.gate_warmup < 1:
     raise _flag_error("gate_warmup", fv.gate_warmup, "must be >= 1 batch")
+  if fv.gate_period is not None and fv.gate_period < 1:
+    raise _flag_error("gate_period", fv.gate_period, "must be >= 1 image")
   if fv.gate_delta is not None and not math.isfinite(fv.gate_delta):
     raise _flag_error("gate_delta", fv.gate_delta, "must be a finite number")
   if fv.gate_reference is not None and not 0.0 < fv.gate_reference <= 1.0:
@@ -256,7 +261,8 @@ def run(fv: flags.FlagValues, command: str) -> int:
       methods=tuple(fv.methods), batch_size=fv.batch_size, orderings=fv.orderings,
       ordering_seed=fv.seed, kernels=fv.kernels,
       gate=GateConfig(warmup_batches=fv.gate_warmup, delta=fv.gate_delta,
-                      signal=fv.gate_signal, reference=fv.gate_reference),
+                      signal=fv.gate_signal, reference=fv.gate_reference,
+                      period=fv.gate_period),
       option_overrides=recalib_flag_values(fv))
   if fv.keras_model:  # Loaded for the float methods; keep TensorFlow's import quiet.
     from forge_tflm.quiet import import_quietly
@@ -308,7 +314,7 @@ def run(fv: flags.FlagValues, command: str) -> int:
                        clean_images=None if clean is None else clean.images,
                        resume=fv.resume)
   from forge_tflm.evaluation.report import to_markdown
-  print(to_markdown(doc["results"], doc["gate"]))
+  print(to_markdown(doc["results"], doc["gate"], doc.get("gate_periodic")))
   return 0
 
 

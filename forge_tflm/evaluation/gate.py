@@ -10,6 +10,17 @@ latest update.) Then the gate keeps adapting for the rest of the stream only if
 the probe's score exceeds `delta`; otherwise it resets FORGE to the clean
 targets and stays frozen (reverts to source).
 
+Without stream boundaries (a device never sees "the start of a stream"), `period`
+makes the gate keep deciding: every `period` images from the start of the last probe
+it probes again, for the same length, and decides again. While re-probing it
+predicts with whichever path it chose last (so a probe never costs accuracy); the
+adapting path continues from its state if the gate is on, or starts from the clean
+targets if it is off. So a stream that shifts into a domain adapting helps turns the
+gate on within one period plus one probe, and a stream that shifts back (or whose
+adaptation starts to hurt) turns it off. Device cost of a probe: a second forward
+pass per image, and a copy of the adapted state (8 bytes per channel) while the
+source pass runs from the clean targets.
+
 Scores, over all of the probe's images (so they mean the same at any batch size):
   diversity_gain   H(mean p_adapting) - H(mean p_source), in nats: does adapting
                    undo the source's collapse onto a few classes? (default)
@@ -61,12 +72,17 @@ class GateConfig:
   signal: str = DIVERSITY_GAIN
   # confidence_drop only: the source's mean top-1 confidence on clean data.
   reference: float | None = None
+  # Images from the start of one probe to the next (boundary-free operation);
+  # None: probe once, at the start of each stream.
+  period: int | None = None
 
   def __post_init__(self):
     if self.signal not in SIGNALS:
       raise ValueError(f"unknown gate signal {self.signal!r}; known: {', '.join(SIGNALS)}")
     if self.warmup_batches is not None and self.warmup_batches < 1:
       raise ValueError("gate warmup_batches must be >= 1")
+    if self.period is not None and self.period < 1:
+      raise ValueError("gate period must be >= 1 image")
     if self.reference is not None and not 0.0 < self.reference <= 1.0:
       raise ValueError(f"gate reference is a mean softmax confidence in (0, 1], got"
                        f" {self.reference}")
@@ -183,10 +199,16 @@ class GatedForge(Int8Method):
     super().reset()
     self.probe = ProbeStats()
     self.batches_probed = 0
-    self.fired: bool | None = None  # None while probing.
+    self.probing = True
+    self.fired: bool | None = None  # The last decision; None before the first.
+    self.decisions: list[bool] = []
+    self.images_since_probe = 0
+    self.images = 0
+    self.images_adapted = 0  # Predicted by the adapting path.
 
   def predict(self, x_int8):
-    if self.fired is None:
+    adapting = bool(self.fired)
+    if self.probing:
       adapted_state = self.model.get_state()
       self.model.reset()
       frozen = self.logits(x_int8, FROZEN)
@@ -194,12 +216,29 @@ class GatedForge(Int8Method):
       adapted = self.logits(x_int8, ADAPT)
       self.probe = self.probe + ProbeStats.of_batch(frozen, adapted)
       self.batches_probed += 1
+      out = adapted if adapting else frozen
       if self.batches_probed == self.warmup_batches:
         self.fired = gate_fires(self.probe, self.config)
+        self.decisions.append(self.fired)
+        self.probing = False
         if not self.fired:
           self.model.reset()
-      return frozen
-    return self.logits(x_int8, ADAPT if self.fired else FROZEN)
+    else:
+      out = self.logits(x_int8, ADAPT if adapting else FROZEN)
+    n = len(x_int8)
+    self.images += n
+    self.images_adapted += n if adapting else 0
+    self.images_since_probe += n
+    period = self.config.period
+    if period is not None and not self.probing and self.images_since_probe >= period:
+      self.probing, self.probe, self.batches_probed = True, ProbeStats(), 0
+      self.images_since_probe = 0
+    return out
+
+  @property
+  def adapted_fraction(self) -> float:
+    """Share of the images predicted by the adapting path so far."""
+    return self.images_adapted / self.images if self.images else 0.0
 
   @property
   def score(self) -> float:

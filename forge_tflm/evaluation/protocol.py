@@ -165,7 +165,9 @@ def evaluate_stream(config: EvalConfig, methods: dict, stream: Stream, contract,
 
   Returns the stream's record, JSON-ready (what evaluation runs save per finished
   stream): {"stream", "images", "accuracy": {method: [acc per ordering]},
-  "gate_fired": [...], "gate_score": [...] (forge-gated only), "seconds": {method}}.
+  "gate_fired": [...], "gate_score": [...] (forge-gated only; with a gate period also
+  "gate_adapted": [share of images the adapting path predicted], "gate_decisions":
+  [probes]), "seconds": {method}}.
   Each method's state is reset at the start of every ordering, so a stream's
   record does not depend on the streams evaluated before it.
   """
@@ -200,6 +202,9 @@ def evaluate_stream(config: EvalConfig, methods: dict, stream: Stream, contract,
       if name == "forge-gated":
         record.setdefault("gate_fired", []).append(bool(method.fired))
         record.setdefault("gate_score", []).append(float(method.score))
+        if config.gate.period is not None:
+          record.setdefault("gate_adapted", []).append(round(method.adapted_fraction, 4))
+          record.setdefault("gate_decisions", []).append(len(method.decisions))
     record["accuracy"][name] = accs * (config.orderings // runs)
     record["seconds"][name] = seconds
     if stream.domain_names:
@@ -212,7 +217,7 @@ def merge_records(method_names: Iterable[str], records: Iterable[dict]) -> dict:
   """Per-stream records (in stream order) -> evaluate()'s raw results."""
   method_names = list(method_names)
   accuracy = {m: {} for m in method_names}
-  gate, gate_score, domains = {}, {}, {}
+  gate, gate_score, gate_adapted, domains = {}, {}, {}, {}
   seconds = {m: 0.0 for m in method_names}
   for r in records:
     if "domain_accuracy" in r:
@@ -223,5 +228,11 @@ def merge_records(method_names: Iterable[str], records: Iterable[dict]) -> dict:
     if "gate_fired" in r:
       gate[r["stream"]] = list(r["gate_fired"])
       gate_score[r["stream"]] = list(r["gate_score"])
-  return {"accuracy": accuracy, "gate": gate, "gate_score": gate_score, "seconds": seconds,
-          "domains": domains}
+    if "gate_adapted" in r:
+      gate_adapted[r["stream"]] = {"adapted": list(r["gate_adapted"]),
+                                   "decisions": list(r["gate_decisions"])}
+  raw = {"accuracy": accuracy, "gate": gate, "gate_score": gate_score, "seconds": seconds,
+         "domains": domains}
+  if gate_adapted:
+    raw["gate_periodic"] = gate_adapted
+  return raw

@@ -63,7 +63,8 @@ def to_csv(table: dict) -> str:
   return out.getvalue()
 
 
-def to_markdown(table: dict, gate: dict | None = None) -> str:
+def to_markdown(table: dict, gate: dict | None = None,
+                gate_periodic: dict | None = None) -> str:
   methods = list(table)
   streams = list(next(iter(table.values()))["streams"]) if table else []
   lines = ["| stream | " + " | ".join(methods) + " |",
@@ -77,7 +78,10 @@ def to_markdown(table: dict, gate: dict | None = None) -> str:
         cell += f" ({row['recovery_mean']:+.1f})"
       cells.append(cell)
     fired = ""
-    if gate and s in gate:
+    if gate_periodic and s in gate_periodic:  # Re-probing: the share it adapted.
+      fired = (" (gate adapted: " + ",".join(f"{a:.0%}" for a in gate_periodic[s]["adapted"])
+               + ")")
+    elif gate and s in gate:
       fired = " (gate: " + ",".join("on" if f else "off" for f in gate[s]) + ")"
     lines.append(f"| {s}{fired} | " + " | ".join(cells) + " |")
   mean_cells = []
@@ -147,8 +151,10 @@ def write_all(out_dir: str, table: dict, meta: dict, raw: dict) -> dict[str, str
   doc = dict(meta)
   doc["results"] = table
   doc["gate"] = {"fired": raw.get("gate", {}), "score": raw.get("gate_score", {})}
+  if raw.get("gate_periodic"):
+    doc["gate"]["periodic"] = raw["gate_periodic"]
   doc["seconds"] = raw.get("seconds", {})
-  markdown = to_markdown(table, raw.get("gate"))
+  markdown = to_markdown(table, raw.get("gate"), raw.get("gate_periodic"))
   if raw.get("domains"):
     doc["domains"] = raw["domains"]
     markdown += domains_markdown(raw["domains"])

@@ -103,6 +103,8 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
     store.finish()
     logging.info("wrote %s", ", ".join(paths.values()))
   doc = dict(meta, results=table, gate=raw["gate"], seconds=raw["seconds"])
+  if raw.get("gate_periodic"):
+    doc["gate_periodic"] = raw["gate_periodic"]
   if raw["domains"]:  # Streams that cross domains: accuracy per domain inside them.
     doc["domains"] = raw["domains"]
   return doc

@@ -135,3 +135,29 @@ def test_eval_field_protocols_from_one_command(setup, capsys, tmp_path, protocol
   assert set(domains) == want and all(len(v) == 2 for v in domains.values())
   assert f"protocol {protocol}" in doc["data"]
   assert "per domain" in (out / "results.md").read_text()
+
+
+def test_eval_gate_decisions_are_printed_and_saved(setup, capsys):
+  """The printed table and results.json name each stream's gate decision; with a
+  period, the share of images the adapting path predicted and the probes made."""
+  d, _, data_dir = setup
+  out = d / "eval_gate"
+  code = cli.main(["forge_tflm", "eval", f"--artifact={d / 'tiny.tflite'}",
+                   f"--data_dir={data_dir}", "--methods=source,forge-gated",
+                   "--gate_warmup=1", "--corruptions=contrast", "--batch_size=4",
+                   f"--output_dir={out}"])
+  assert code == 0, capsys.readouterr().err
+  assert "| contrast (gate: o" in capsys.readouterr().out
+  periodic = d / "eval_gate_periodic"
+  code = cli.main(["forge_tflm", "eval", f"--artifact={d / 'tiny.tflite'}",
+                   f"--data_dir={data_dir}", "--methods=source,forge-gated",
+                   "--gate_warmup=1", "--gate_period=4", "--corruptions=contrast",
+                   "--batch_size=4", f"--output_dir={periodic}"])
+  assert code == 0, capsys.readouterr().err
+  assert "| contrast (gate adapted: " in capsys.readouterr().out
+  doc = json.loads((periodic / "results.json").read_text())
+  assert doc["config"]["gate"]["period"] == 4
+  run = doc["gate"]["periodic"]["contrast"]
+  images = doc["streams"]["contrast"]
+  assert run["decisions"] == [-(-images // 4)]  # A 1-batch probe every batch.
+  assert 0.0 <= run["adapted"][0] <= 1.0

@@ -245,3 +245,56 @@ def test_clean_reference_is_the_sources_mean_confidence(tmp_path):
   model = SegmentedModel(data)
   model.run(x[:8])  # Adapted state must not leak into the reference.
   assert abs(clean_reference(model, x, batch_size=6) - want) < 1e-6
+
+
+class PhasedModel(ScriptedModel):
+  """The adapting path's confidence changes after `switch` adapt calls."""
+
+  def __init__(self, before, after, switch):
+    super().__init__(adapt_confidence=before)
+    self.after, self.switch, self.adapt_calls = confident(after), switch, 0
+
+  def run(self, x, mode):
+    if mode == "adapt":
+      self.adapt_calls += 1
+      if self.adapt_calls > self.switch:
+        self.adapt = self.after
+    return super().run(x, mode)
+
+
+def test_periodic_gate_decides_again_and_turns_off_when_adapting_stops_helping():
+  # Batches of 4, a 1-batch probe every 8 images: probes at batches 0, 2, 4.
+  model = PhasedModel(before=0.9, after=0.55, switch=2)
+  gated = GatedForge(model, GateConfig(warmup_batches=1, delta=0.1, signal=CONFIDENCE_GAIN,
+                                       period=8), batch_size=4)
+  outs = _stream(gated, 6)
+  assert gated.decisions == [True, False, False]
+  assert gated.fired is False
+  # Batch 2 is a re-probe while on: both paths run and the adapted one predicts.
+  assert model.calls[3:5] == ["frozen", "adapt"]
+  np.testing.assert_allclose(top1_confidence(outs[1]), 0.9, rtol=1e-5)
+  np.testing.assert_allclose(top1_confidence(outs[2]), 0.55, rtol=1e-5)
+  # Off after batch 2: batches 3 and 5 are source only, batch 4 a probe again.
+  assert model.calls[5:] == ["frozen", "frozen", "adapt", "frozen"]
+  assert gated.adapted_fraction == pytest.approx(2 / 6)  # Batches 1 and 2.
+
+
+def test_periodic_gate_turns_on_when_a_later_probe_finds_a_gain():
+  model = PhasedModel(before=0.55, after=0.9, switch=1)
+  gated = GatedForge(model, GateConfig(warmup_batches=1, delta=0.1, signal=CONFIDENCE_GAIN,
+                                       period=8), batch_size=4)
+  _stream(gated, 4)
+  assert gated.decisions == [False, True]
+  assert model.calls[-1] == "adapt"
+
+
+def test_without_period_the_gate_decides_once():
+  model = PhasedModel(before=0.9, after=0.55, switch=2)
+  gated = GatedForge(model, GateConfig(warmup_batches=1, delta=0.1, signal=CONFIDENCE_GAIN))
+  _stream(gated, 6)
+  assert gated.decisions == [True] and gated.fired
+
+
+def test_gate_period_must_be_positive():
+  with pytest.raises(ValueError, match="period"):
+    GateConfig(period=0)
