@@ -94,6 +94,11 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
   flags.DEFINE_integer("gate_period", None, "Gate without stream boundaries: probe"
                        " again every N images (from one probe's start to the next) and"
                        " decide again; unset: decide once per stream.", flag_values=fv)
+  flags.DEFINE_float("gate_max_autocorrelation", GateConfig.max_autocorrelation,
+                     "Gate: stay with the source while the probe's source predictions"
+                     " are label-correlated (lag-1 autocorrelation of the softmax"
+                     " vectors above this; 0 for i.i.d. labels, near 1 when neighbours"
+                     " share a class); >= 1 turns the veto off.", flag_values=fv)
   flags.DEFINE_float("gate_reference", None, "confidence_drop: the source's mean"
                      " top-1 confidence on clean held-out data (default: measured on"
                      " the clean split of generated corruptions).", flag_values=fv)
@@ -182,6 +187,9 @@ def _check_flags(fv: flags.FlagValues) -> list[str]:
     raise _flag_error("gate_warmup", fv.gate_warmup, "must be >= 1 batch")
   if fv.gate_period is not None and fv.gate_period < 1:
     raise _flag_error("gate_period", fv.gate_period, "must be >= 1 image")
+  if not math.isfinite(fv.gate_max_autocorrelation):
+    raise _flag_error("gate_max_autocorrelation", fv.gate_max_autocorrelation,
+                      "must be a finite number")
   if fv.gate_delta is not None and not math.isfinite(fv.gate_delta):
     raise _flag_error("gate_delta", fv.gate_delta, "must be a finite number")
   if fv.gate_reference is not None and not 0.0 < fv.gate_reference <= 1.0:
@@ -262,7 +270,8 @@ def run(fv: flags.FlagValues, command: str) -> int:
       ordering_seed=fv.seed, kernels=fv.kernels,
       gate=GateConfig(warmup_batches=fv.gate_warmup, delta=fv.gate_delta,
                       signal=fv.gate_signal, reference=fv.gate_reference,
-                      period=fv.gate_period),
+                      period=fv.gate_period,
+                      max_autocorrelation=fv.gate_max_autocorrelation),
       option_overrides=recalib_flag_values(fv))
   if fv.keras_model:  # Loaded for the float methods; keep TensorFlow's import quiet.
     from forge_tflm.quiet import import_quietly

@@ -21,6 +21,13 @@ adaptation starts to hurt) turns it off. Device cost of a probe: a second forwar
 pass per image, and a copy of the adapted state (8 bytes per channel) while the
 source pass runs from the clean targets.
 
+Label-correlated streams (a fixed camera sees one object for many frames) fool every
+score above: normalizing a window of one class removes that class's signal and
+spreads the predictions, which looks like undoing a collapse. So the gate also
+measures, over the probe, the lag-1 autocorrelation of the source's softmax vectors
+(SerialStats: 0 for i.i.d. labels, near 1 when neighbours share a class) and does not
+adapt while it exceeds `max_autocorrelation`. It costs K + 4 floats on a device.
+
 Scores, over all of the probe's images (so they mean the same at any batch size):
   diversity_gain   H(mean p_adapting) - H(mean p_source), in nats: does adapting
                    undo the source's collapse onto a few classes? (default)
@@ -44,6 +51,7 @@ Figures: benchmarks/results/resnet20_cifar10/ (gate_sweep*.md).
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -63,6 +71,12 @@ SIGNALS = (DIVERSITY_GAIN, CONFIDENCE_GAIN, CONFIDENCE_DROP)
 # score <= 0.015 nats, every stream FORGE lifts by 3+ points >= 0.050).
 DEFAULT_WARMUP_IMAGES = {DIVERSITY_GAIN: 256, CONFIDENCE_GAIN: 1280, CONFIDENCE_DROP: 640}
 DEFAULT_DELTA = {DIVERSITY_GAIN: 0.03, CONFIDENCE_GAIN: 0.0, CONFIDENCE_DROP: 0.05}
+# Above it a probe counts as label-correlated. On the bundled ResNet-20's 256-image
+# probes (2,000-image streams, severity 5) i.i.d. streams scored -0.01 to 0.07 and
+# label-correlated ones mostly 0.19 to 0.76: a corruption that collapses the source
+# hides the labels from its predictions (contrast: 0.05 sorted by class), and there
+# adapting helps anyway. Measurements: benchmarks/results/field_protocols.md.
+DEFAULT_MAX_AUTOCORRELATION = 0.15
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +89,8 @@ class GateConfig:
   # Images from the start of one probe to the next (boundary-free operation);
   # None: probe once, at the start of each stream.
   period: int | None = None
+  # Veto on label-correlated probes (see module); None: no veto.
+  max_autocorrelation: float | None = DEFAULT_MAX_AUTOCORRELATION
 
   def __post_init__(self):
     if self.signal not in SIGNALS:
@@ -83,6 +99,8 @@ class GateConfig:
       raise ValueError("gate warmup_batches must be >= 1")
     if self.period is not None and self.period < 1:
       raise ValueError("gate period must be >= 1 image")
+    if self.max_autocorrelation is not None and not math.isfinite(self.max_autocorrelation):
+      raise ValueError("gate max_autocorrelation must be a finite number")
     if self.reference is not None and not 0.0 < self.reference <= 1.0:
       raise ValueError(f"gate reference is a mean softmax confidence in (0, 1], got"
                        f" {self.reference}")
@@ -167,8 +185,57 @@ class ProbeStats:
     return (self.confidence_adapted - self.confidence_source) / n
 
 
-def gate_fires(stats: ProbeStats, config: GateConfig) -> bool:
-  """The decision after the probe: keep adapting iff its score exceeds the margin."""
+@dataclasses.dataclass
+class SerialStats:
+  """Lag-1 autocorrelation of softmax vectors p_t in stream order, accumulated batch by
+  batch (the pair across a batch boundary included, so any batch size gives the same):
+
+    rho = (mean_t <p_t, p_{t-1}> - |p_bar|^2) / (mean_t |p_t|^2 - |p_bar|^2)
+
+  0 in expectation when labels are i.i.d., near 1 when consecutive images share a
+  class. A probe whose predictions barely vary (denominator < MIN_SPREAD: every image
+  looks alike, e.g. a collapsed source) carries no evidence and scores 0.
+  """
+  MIN_SPREAD = 1e-3
+  images: int = 0
+  pairs: int = 0
+  lag_dot: float = 0.0
+  squares: float = 0.0
+  total: np.ndarray | float = 0.0
+  last: np.ndarray | None = None
+
+  def add(self, logits: np.ndarray) -> None:
+    p = softmax(np.asarray(logits, np.float64))
+    if not len(p):
+      return
+    if self.last is not None:
+      self.lag_dot += float(self.last @ p[0])
+      self.pairs += 1
+    self.lag_dot += float((p[1:] * p[:-1]).sum())
+    self.pairs += len(p) - 1
+    self.images += len(p)
+    self.squares += float((p * p).sum())
+    self.total = self.total + p.sum(axis=0)
+    self.last = p[-1].copy()
+
+  def autocorrelation(self) -> float:
+    if self.pairs == 0:
+      return 0.0
+    mean = self.total / self.images
+    base = float(mean @ mean)
+    spread = self.squares / self.images - base
+    if spread < self.MIN_SPREAD:
+      return 0.0
+    return (self.lag_dot / self.pairs - base) / spread
+
+
+def gate_fires(stats: ProbeStats, config: GateConfig,
+               serial: SerialStats | None = None) -> bool:
+  """The decision after the probe: keep adapting iff its score exceeds the margin and
+  (with a veto configured and `serial` given) the probe is not label-correlated."""
+  if (serial is not None and config.max_autocorrelation is not None
+      and serial.autocorrelation() > config.max_autocorrelation):
+    return False
   return stats.score(config) > config.margin
 
 
@@ -198,6 +265,7 @@ class GatedForge(Int8Method):
   def reset(self):
     super().reset()
     self.probe = ProbeStats()
+    self.serial = SerialStats()
     self.batches_probed = 0
     self.probing = True
     self.fired: bool | None = None  # The last decision; None before the first.
@@ -215,10 +283,11 @@ class GatedForge(Int8Method):
       self.model.set_state(adapted_state)
       adapted = self.logits(x_int8, ADAPT)
       self.probe = self.probe + ProbeStats.of_batch(frozen, adapted)
+      self.serial.add(frozen)
       self.batches_probed += 1
       out = adapted if adapting else frozen
       if self.batches_probed == self.warmup_batches:
-        self.fired = gate_fires(self.probe, self.config)
+        self.fired = gate_fires(self.probe, self.config, self.serial)
         self.decisions.append(self.fired)
         self.probing = False
         if not self.fired:
@@ -232,6 +301,7 @@ class GatedForge(Int8Method):
     period = self.config.period
     if period is not None and not self.probing and self.images_since_probe >= period:
       self.probing, self.probe, self.batches_probed = True, ProbeStats(), 0
+      self.serial = SerialStats()
       self.images_since_probe = 0
     return out
 
@@ -244,3 +314,8 @@ class GatedForge(Int8Method):
   def score(self) -> float:
     """The probe's score so far (NaN before the first batch)."""
     return self.probe.score(self.config)
+
+  @property
+  def autocorrelation(self) -> float:
+    """The probe's label autocorrelation so far (SerialStats)."""
+    return self.serial.autocorrelation()

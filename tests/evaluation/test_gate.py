@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from forge_tflm.evaluation.gate import (CONFIDENCE_DROP, CONFIDENCE_GAIN, DIVERSITY_GAIN,
+                                      SerialStats,
                                       SIGNALS, GateConfig, GatedForge, ProbeStats,
                                       clean_reference, entropy, top1_confidence)
 
@@ -298,3 +299,53 @@ def test_without_period_the_gate_decides_once():
 def test_gate_period_must_be_positive():
   with pytest.raises(ValueError, match="period"):
     GateConfig(period=0)
+
+
+def _onehot_logits(classes, k=10, sharp=4.0):
+  out = np.zeros((len(classes), k))
+  out[np.arange(len(classes)), classes] = sharp
+  return out
+
+
+def test_serial_stats_separate_iid_from_label_correlated_predictions():
+  rng = np.random.default_rng(0)
+  iid = SerialStats()
+  iid.add(_onehot_logits(rng.integers(0, 10, 256)))
+  assert abs(iid.autocorrelation()) < 0.2
+  runs = SerialStats()  # A class for 32 images at a time, as a fixed camera sees.
+  runs.add(_onehot_logits(np.repeat(rng.permutation(10)[:8], 32)))
+  assert runs.autocorrelation() > 0.9
+
+
+def test_serial_stats_do_not_depend_on_the_batch_size():
+  logits = _onehot_logits(np.random.default_rng(1).integers(0, 10, 64)) + \
+      np.random.default_rng(2).normal(size=(64, 10))
+  whole, one_by_one = SerialStats(), SerialStats()
+  whole.add(logits)
+  for row in logits:
+    one_by_one.add(row[None])
+  assert whole.pairs == one_by_one.pairs == 63
+  assert one_by_one.autocorrelation() == pytest.approx(whole.autocorrelation(), rel=1e-12)
+
+
+def test_serial_stats_of_identical_predictions_carry_no_evidence():
+  collapsed = SerialStats()  # A collapsed source: every image the same soft vector.
+  collapsed.add(np.tile([[3.0, 1.0, 0.0]], (100, 1)))
+  assert collapsed.autocorrelation() == 0.0
+  assert SerialStats().autocorrelation() == 0.0
+
+
+def test_gate_stays_with_the_source_on_label_correlated_probes():
+  def in_runs(x):  # Source predictions in runs of 4 equal classes: correlated.
+    return _onehot_logits((np.arange(len(x)) // 4) % 2, k=3)  # And less diverse.
+  def diverse(x):
+    return _onehot_logits(np.arange(len(x)) % 3, k=3)
+  for veto, fires in ((0.3, False), (None, True)):
+    model = ScriptedModel(adapt_confidence=diverse, frozen_confidence=in_runs)
+    gated = GatedForge(model, GateConfig(warmup_batches=1, max_autocorrelation=veto),
+                       batch_size=24)
+    gated.predict(np.zeros((24, 1), np.int8))
+    assert gated.fired is fires
+    assert gated.autocorrelation > 0.5
+  with pytest.raises(ValueError, match="max_autocorrelation"):
+    GateConfig(max_autocorrelation=float("nan"))
