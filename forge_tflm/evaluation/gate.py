@@ -1,12 +1,10 @@
 """The gate: decide per stream whether adapting helps.
 
 For the first `warmup_batches` batches of a stream both paths run on every
-batch: the source (FORGE frozen at its clean targets) and the adapting one
-(state updated). Predictions come from the source meanwhile, so the probe
-itself can never hurt. (Frozen mode normalizes with whatever state the node
-holds, so the source pass swaps the adapted state out for the clean targets
-and back; comparing against frozen-at-the-adapted-state would only measure the
-latest update.) Then the gate keeps adapting for the rest of the stream only if
+batch: the source (the op's `source` mode: the clean targets, the adapted state
+left alone) and the adapting one (state updated). Predictions come from the source
+meanwhile, so the probe itself can never hurt. (Comparing against frozen at the
+adapted state would only measure the latest update.) Then the gate keeps adapting for the rest of the stream only if
 the probe's score exceeds `delta`; otherwise it resets FORGE to the clean
 targets and stays frozen (reverts to source).
 
@@ -18,8 +16,7 @@ adapting path continues from its state if the gate is on, or starts from the cle
 targets if it is off. So a stream that shifts into a domain adapting helps turns the
 gate on within one period plus one probe, and a stream that shifts back (or whose
 adaptation starts to hurt) turns it off. Device cost of a probe: a second forward
-pass per image, and a copy of the adapted state (8 bytes per channel) while the
-source pass runs from the clean targets.
+pass per image in `source` mode (ForgeRecalibControl::SetMode); no state copy.
 
 Label-correlated streams (a fixed camera sees one object for many frames) fool every
 score above: normalizing a window of one class removes that class's signal and
@@ -56,7 +53,7 @@ import math
 import numpy as np
 
 from forge_tflm.evaluation.int8_methods import Int8Method
-from forge_tflm.runtime.segmented import ADAPT, FROZEN
+from forge_tflm.runtime.segmented import ADAPT, FROZEN, SOURCE
 
 DIVERSITY_GAIN = "diversity_gain"
 CONFIDENCE_GAIN = "confidence_gain"
@@ -277,10 +274,7 @@ class GatedForge(Int8Method):
   def predict(self, x_int8):
     adapting = bool(self.fired)
     if self.probing:
-      adapted_state = self.model.get_state()
-      self.model.reset()
-      frozen = self.logits(x_int8, FROZEN)
-      self.model.set_state(adapted_state)
+      frozen = self.logits(x_int8, SOURCE)
       adapted = self.logits(x_int8, ADAPT)
       self.probe = self.probe + ProbeStats.of_batch(frozen, adapted)
       self.serial.add(frozen)

@@ -16,7 +16,7 @@ import numpy as np
 
 from forge_tflm import tflite_graph as tg
 from forge_tflm.ops import ACTIVATIONS
-from forge_tflm.runtime.segmented import ADAPT, FROZEN, ForgeNode, SegmentedModel
+from forge_tflm.runtime.segmented import ADAPT, FROZEN, SOURCE, ForgeNode, SegmentedModel
 
 
 def override_options(model: SegmentedModel, **overrides) -> None:
@@ -91,6 +91,12 @@ class _ScaleAdaptKernel:
 
   def __call__(self, x: np.ndarray, mode: str) -> np.ndarray:
     q = self.node.quant
+    if mode == SOURCE:
+      saved, (self.low, self.high) = (self.low, self.high), self.initial
+      try:
+        return self(x, FROZEN)
+      finally:
+        self.low, self.high = saved
     if mode == ADAPT:
       m = float(self.node.options.momentum_at(x.shape[0]))
       # s_x > 0, so the real range is the int8 range mapped affinely.

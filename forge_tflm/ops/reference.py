@@ -138,6 +138,10 @@ def recalib_step(x: np.ndarray, beta: np.ndarray, gamma_abs: np.ndarray,
   m_rows = x2d.shape[0]
   if not 1 <= m_rows <= MAX_M:
     raise ValueError("N*H*W per channel must be in [1, 2^22]")
+  if mode == "source":  # The clean targets, as a reset state; the state is untouched.
+    clean = reset_state(np.asarray(beta, np.float32), np.asarray(gamma_abs, np.float32))
+    a, b = coefficients(clean[:c], clean[c:], beta, gamma_abs, opts.eps, q)
+    return requantize(x2d, a, b, q).reshape(x.shape), state.astype(np.float32).copy()
   mu = state[:c].astype(np.float32)
   var = state[c:].astype(np.float32)
   # SPEC "Repair": a channel whose state is not usable restarts from its targets.

@@ -37,7 +37,9 @@ from forge_tflm.quiet import native_output_hidden
 from forge_tflm.runtime.tflm_kernels import TFLM_HOST_BUILTINS
 
 KERNEL_MODES = {"reference": OpResolverType.BUILTIN_REF, "optimized": OpResolverType.AUTO}
-ADAPT, FROZEN = "adapt", "frozen"
+# The op's modes (SPEC "Modes"): adapt, frozen at the current state, and source (the
+# clean targets, state untouched: the int8 model as converted).
+ADAPT, FROZEN, SOURCE = "adapt", "frozen", "source"
 
 
 @dataclasses.dataclass
@@ -334,10 +336,11 @@ class SegmentedModel:
   def run(self, x: np.ndarray, mode: str = ADAPT) -> np.ndarray:
     """Runs a batch of int8 inputs [N, ...]; returns the int8 output.
 
-    mode: "adapt" updates FORGE state; "frozen" normalizes with the current state.
+    mode: "adapt" updates FORGE state; "frozen" normalizes with the current state;
+    "source" with the clean targets, leaving the state as it is.
     """
-    if mode not in (ADAPT, FROZEN):
-      raise ValueError(f"mode must be {ADAPT!r} or {FROZEN!r}, not {mode!r}")
+    if mode not in (ADAPT, FROZEN, SOURCE):
+      raise ValueError(f"mode must be {ADAPT!r}, {FROZEN!r} or {SOURCE!r}, not {mode!r}")
     if x.dtype != np.int8:
       raise ValueError(f"input must be int8 (quantize with input_quant), got {x.dtype}")
     if tuple(x.shape[1:]) != self.input_shape:

@@ -78,9 +78,9 @@ def test_gate_fires_when_adapting_is_more_confident():
   assert model.resets == 1  # Construction starts a stream.
   _stream(gated, 4)
   assert gated.fired is True
-  # Probe: frozen then adapt per batch; afterwards adapt only.
-  assert model.calls == ["frozen", "adapt", "frozen", "adapt", "adapt", "adapt"]
-  assert model.resets == 1 + 2  # One source pass per probe batch.
+  # Probe: source then adapt per batch; afterwards adapt only.
+  assert model.calls == ["source", "adapt", "source", "adapt", "adapt", "adapt"]
+  assert model.resets == 1  # The source pass leaves the adapted state alone.
   assert abs(gated.score - 0.4) < 1e-5
 
 
@@ -90,7 +90,7 @@ def test_gate_reverts_to_source_when_gain_is_below_delta():
   outs = _stream(gated, 5)
   assert gated.fired is False
   assert model.calls[-2:] == ["frozen", "frozen"]
-  assert model.resets == 1 + 3 + 1  # Probe passes, then the revert to clean targets.
+  assert model.resets == 1 + 1  # The revert to the clean targets.
   # Probe predictions come from the frozen path.
   np.testing.assert_allclose(top1_confidence(outs[0]), 0.5, rtol=1e-5)
 
@@ -204,7 +204,7 @@ def test_drop_gate_fires_when_source_is_less_confident_than_on_clean_data():
   _stream(gated, 3)
   assert gated.fired is True
   assert abs(gated.score - 0.4) < 1e-5
-  assert model.calls == ["frozen", "adapt", "frozen", "adapt", "adapt"]
+  assert model.calls == ["source", "adapt", "source", "adapt", "adapt"]
 
 
 def test_drop_gate_stays_off_near_the_clean_reference():
@@ -272,11 +272,11 @@ def test_periodic_gate_decides_again_and_turns_off_when_adapting_stops_helping()
   assert gated.decisions == [True, False, False]
   assert gated.fired is False
   # Batch 2 is a re-probe while on: both paths run and the adapted one predicts.
-  assert model.calls[3:5] == ["frozen", "adapt"]
+  assert model.calls[3:5] == ["source", "adapt"]
   np.testing.assert_allclose(top1_confidence(outs[1]), 0.9, rtol=1e-5)
   np.testing.assert_allclose(top1_confidence(outs[2]), 0.55, rtol=1e-5)
   # Off after batch 2: batches 3 and 5 are source only, batch 4 a probe again.
-  assert model.calls[5:] == ["frozen", "frozen", "adapt", "frozen"]
+  assert model.calls[5:] == ["frozen", "source", "adapt", "frozen"]
   assert gated.adapted_fraction == pytest.approx(2 / 6)  # Batches 1 and 2.
 
 

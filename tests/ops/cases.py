@@ -25,7 +25,7 @@ class Case:
   opts: ops.RecalibOptions
   quant: ops.QuantParams
   batches: list  # int8 arrays [N, H, W, C], one per step
-  modes: list  # "adapt" / "frozen", one per step
+  modes: list  # "adapt" / "frozen" / "source", one per step
 
 
 def _log_uniform(rng, lo, hi):
@@ -124,7 +124,8 @@ def random_case(rng, max_elements: int = 4096, steps: int | None = None,
   beta, gamma = _targets(rng, c, s_x, z_x)
   if steps is None:
     steps = int(rng.choice([1, 1, 2, 3, 5]))
-  modes = ["frozen" if rng.integers(6) == 0 else "adapt" for _ in range(steps)]
+  modes = [{0: "frozen", 1: "source"}.get(int(rng.integers(6)), "adapt")
+           for _ in range(steps)]
   return Case(beta=beta, gamma_abs=gamma, opts=_options(rng),
               quant=ops.QuantParams(s_x, z_x, s_y, z_y),
               batches=[_batch(rng, n, h, w, c) for _ in range(steps)],

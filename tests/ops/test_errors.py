@@ -145,7 +145,7 @@ def test_c_binding_rejects_bad_buffers():
     {"eps": 0.0}, {"eps": -1.0}, {"eps": math.nan}, {"eps": math.inf},
     {"activation": "tanh"}, {"activation": 3}, {"variance": "ema"},
     {"s_x": 0.0}, {"s_y": math.nan}, {"s_y": -1.0}, {"z_x": 128}, {"z_y": -200},
-    {"mode": 2}, {"mode": -1}, {"path": 3}, {"variant": 3},
+    {"mode": len(ops.MODES)}, {"mode": -1}, {"path": 3}, {"variant": 3},
     {"x_shape": (0, 2, 2, 3)}, {"x_shape": (2, 0, 2, 3)}, {"x_shape": (3,)},
     {"x_shape": (1 << 12, 1025, 1, 3)},  # M > 2^22: refused before any access.
     {"x_shape": (2, 2, 2, 4)}, {"c": 70000}, {"c": 0},  # Channels vs the node's.

@@ -190,3 +190,25 @@ def test_unusable_state_is_repaired_identically(mode):
   (ya, sa), (yb, sb) = outs.values()
   np.testing.assert_array_equal(ya, yb)
   assert sa.tobytes() == sb.tobytes()
+
+
+def test_source_mode_is_a_reset_then_frozen_and_leaves_the_state_alone():
+  """SOURCE (the gate's probe pass) normalizes with the clean targets: the same bits
+  as resetting and running frozen, in C and numpy, while the adapted state (even an
+  unusable one: source mode does not read it) stays exactly as it was."""
+  rng = np.random.default_rng(11)
+  for trial in range(20):
+    case = cases.random_case(rng, steps=3)
+    x = case.batches[0]
+    state = ops.RecalibState(case.beta, case.gamma_abs)
+    for xb in case.batches:
+      ops.forge_recalib_c(xb, state, case.opts, case.quant, "adapt")
+    if trial % 4 == 0:
+      state.data[0] = np.nan
+    before = state.data.tobytes()
+    clean = ops.RecalibState(case.beta, case.gamma_abs)
+    want = ops.forge_recalib_reference(x, clean, case.opts, case.quant, "frozen")
+    for fn in (ops.forge_recalib_c, ops.forge_recalib_reference):
+      got = fn(x, state, case.opts, case.quant, "source")
+      np.testing.assert_array_equal(got, want, err_msg=f"{fn.__name__} trial {trial}")
+      assert state.data.tobytes() == before

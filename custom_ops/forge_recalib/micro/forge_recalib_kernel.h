@@ -10,6 +10,8 @@
 //
 //   control.SetMode(FORGE_RECALIB_MODE_FROZEN);  // stop adapting
 //   control.SetMode(FORGE_RECALIB_MODE_ADAPT);   // resume (the default)
+//   control.SetMode(FORGE_RECALIB_MODE_SOURCE);  // one pass as the int8 source
+//                    // (clean targets), state kept: the gate's probe
 //   control.RequestReset();  // every FORGE_RECALIB op of this interpreter
 //                            // restores its clean targets (mu = beta,
 //                            // var = gamma_abs^2) at its next Eval
@@ -31,7 +33,7 @@
 
 #include <stdint.h>
 
-#include "forge_recalib.h"  // FORGE_RECALIB_MODE_ADAPT / _FROZEN
+#include "forge_recalib.h"  // FORGE_RECALIB_MODE_ADAPT / _FROZEN / _SOURCE
 #include "tensorflow/lite/micro/micro_common.h"
 
 namespace forge_tflm {
@@ -47,11 +49,12 @@ struct ForgeRecalibControl {
   // means "reset at your next Eval", so one bump reaches every op.
   uint32_t reset_generation = 0;
 
-  // mode: FORGE_RECALIB_MODE_ADAPT or _FROZEN; other values are ignored and
-  // return false.
+  // mode: FORGE_RECALIB_MODE_ADAPT, _FROZEN or _SOURCE; other values are
+  // ignored and return false.
   bool SetMode(int32_t new_mode) {
     if (new_mode != FORGE_RECALIB_MODE_ADAPT &&
-        new_mode != FORGE_RECALIB_MODE_FROZEN) {
+        new_mode != FORGE_RECALIB_MODE_FROZEN &&
+        new_mode != FORGE_RECALIB_MODE_SOURCE) {
       return false;
     }
     mode = new_mode;

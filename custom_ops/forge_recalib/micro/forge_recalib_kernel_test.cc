@@ -254,6 +254,9 @@ TF_LITE_MICRO_TEST(ControlRejectsUnknownModes) {
   TF_LITE_MICRO_EXPECT(!control.SetMode(7));
   TF_LITE_MICRO_EXPECT_EQ(static_cast<int32_t>(FORGE_RECALIB_MODE_ADAPT),
                           control.mode);
+  TF_LITE_MICRO_EXPECT(control.SetMode(FORGE_RECALIB_MODE_SOURCE));
+  TF_LITE_MICRO_EXPECT_EQ(static_cast<int32_t>(FORGE_RECALIB_MODE_SOURCE),
+                          control.mode);
   TF_LITE_MICRO_EXPECT(control.SetMode(FORGE_RECALIB_MODE_FROZEN));
   TF_LITE_MICRO_EXPECT_EQ(static_cast<int32_t>(FORGE_RECALIB_MODE_FROZEN),
                           control.mode);
@@ -423,6 +426,9 @@ TF_LITE_MICRO_TEST(InterpreterControlsOnAllCases) {
       TF_LITE_MICRO_EXPECT(f->InvokeAndMatch(k, k.input + s * k.elements,
                                              k.expected_adapt + s * k.elements));
     }
+    // Source: the clean targets' output, and the adapted state kept for later.
+    TF_LITE_MICRO_EXPECT(control.SetMode(FORGE_RECALIB_MODE_SOURCE));
+    TF_LITE_MICRO_EXPECT(f->InvokeAndMatch(k, k.input, k.expected_frozen_clean));
     TF_LITE_MICRO_EXPECT(control.SetMode(FORGE_RECALIB_MODE_FROZEN));
     TF_LITE_MICRO_EXPECT(f->InvokeAndMatch(k, k.input, k.expected_frozen_adapted));
     // Frozen leaves the state alone: same output again.

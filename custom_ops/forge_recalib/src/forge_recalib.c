@@ -61,8 +61,8 @@ const char* forge_recalib_variance_name(int32_t code) {
 }
 
 const char* forge_recalib_mode_name(int32_t code) {
-  static const char* const kNames[FORGE_RECALIB_MODE_COUNT] = {"adapt",
-                                                               "frozen"};
+  static const char* const kNames[FORGE_RECALIB_MODE_COUNT] = {
+      "adapt", "frozen", "source"};
   return name_of(kNames, FORGE_RECALIB_MODE_COUNT, code);
 }
 
@@ -366,7 +366,8 @@ static int s8_run(const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
     return set_msg(msg, FORGE_RECALIB_ERR_QUANT,
                    "quant was prepared for a different activation");
   }
-  if (mode != FORGE_RECALIB_MODE_ADAPT && mode != FORGE_RECALIB_MODE_FROZEN) {
+  if (mode != FORGE_RECALIB_MODE_ADAPT && mode != FORGE_RECALIB_MODE_FROZEN &&
+      mode != FORGE_RECALIB_MODE_SOURCE) {
     return set_msg(msg, FORGE_RECALIB_ERR_MODE, "unknown mode");
   }
   if (path != FORGE_RECALIB_PATH_AUTO && path != FORGE_RECALIB_PATH_AFFINE &&
@@ -390,8 +391,8 @@ static int s8_run(const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
   }
 
   /* SPEC "Repair": a channel whose state is not usable restarts from its targets
-   * (is_finite_f is false for NaN; !(v >= 0) too). */
-  for (c = 0; c < C; ++c) {
+   * (is_finite_f is false for NaN; !(v >= 0) too). Source mode never reads it. */
+  for (c = 0; c < C && mode != FORGE_RECALIB_MODE_SOURCE; ++c) {
     const float v = state[C + c];
     if (!is_finite_f(state[c]) || !(v >= 0.0f && v <= FLT_MAX)) {
       state[c] = beta[c];
@@ -456,9 +457,18 @@ static int s8_run(const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
     /* Loop invariants in locals: the stores to a/b may alias *quant, *opts. */
     const float eps = opts->eps, r = quant->r, inv_sy = quant->inv_sy,
                 zy_f = quant->zy_f;
-    for (c = 0; c < C; ++c) {
-      coefficients(state[c], state[C + c], beta[c], gamma_abs[c], eps, r,
-                   inv_sy, zy_f, &a[c], &b[c]);
+    if (mode == FORGE_RECALIB_MODE_SOURCE) {
+      /* The reset state's values, (beta, gamma_abs * gamma_abs): bit for bit
+       * what a reset followed by a frozen invocation gives. */
+      for (c = 0; c < C; ++c) {
+        coefficients(beta[c], gamma_abs[c] * gamma_abs[c], beta[c], gamma_abs[c],
+                     eps, r, inv_sy, zy_f, &a[c], &b[c]);
+      }
+    } else {
+      for (c = 0; c < C; ++c) {
+        coefficients(state[c], state[C + c], beta[c], gamma_abs[c], eps, r,
+                     inv_sy, zy_f, &a[c], &b[c]);
+      }
     }
   }
   if (hooks != NULL && hooks->elementwise != NULL &&

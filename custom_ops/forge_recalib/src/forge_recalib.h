@@ -60,6 +60,8 @@ typedef enum {
 typedef enum {
   FORGE_RECALIB_MODE_ADAPT = 0,  /* update statistics, then renormalize */
   FORGE_RECALIB_MODE_FROZEN = 1, /* renormalize with the current state */
+  FORGE_RECALIB_MODE_SOURCE = 2, /* renormalize with the clean targets
+                                    (beta, gamma_abs^2); state untouched */
   FORGE_RECALIB_MODE_COUNT
 } forge_recalib_mode;
 

@@ -101,6 +101,8 @@ void RunCase(const Case& k, int32_t path) {
         k.expected_adapt + s * k.elements);
   }
   run(k.input, FORGE_RECALIB_MODE_FROZEN, k.expected_frozen_adapted);
+  // Source: the clean targets' output; the adapted state is left as it was.
+  run(k.input, FORGE_RECALIB_MODE_SOURCE, k.expected_frozen_clean);
   run(k.input, FORGE_RECALIB_MODE_FROZEN, k.expected_frozen_adapted);
   CHECK(forge_recalib_state_reset(k.beta, k.gamma_abs, k.channels, state, &msg) ==
         FORGE_RECALIB_OK);

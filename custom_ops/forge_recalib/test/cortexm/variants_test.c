@@ -201,8 +201,10 @@ static void run_case(int icase) {
   steps = rnd_int(2, 5);
   kind = rnd_int(0, 5);
   for (step = 0; step < steps; ++step) {
-    const int32_t mode = (rnd() % 4) == 0 ? FORGE_RECALIB_MODE_FROZEN
-                                          : FORGE_RECALIB_MODE_ADAPT;
+    const uint32_t pick = rnd() % 8;
+    const int32_t mode = pick < 2   ? FORGE_RECALIB_MODE_FROZEN
+                         : pick < 3 ? FORGE_RECALIB_MODE_SOURCE
+                                    : FORGE_RECALIB_MODE_ADAPT;
     const int32_t total = M * C;
     const int in_place = (rnd() % 6) == 0;
     int st;
