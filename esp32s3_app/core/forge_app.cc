@@ -14,8 +14,10 @@
 // The core runs one stream at a time (file-scope state, no threads).
 #include "forge_app.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <type_traits>
@@ -376,6 +378,16 @@ class ModeScope {
     if constexpr (!kPerInterpreter) ForgeRecalibSetMode(saved_);
   }
   bool ok() const { return ok_; }
+  // The gate switches modes per invocation; source mode exists only in the
+  // kernel with per-interpreter controls.
+  static constexpr bool kHasSourceMode = kPerInterpreter;
+  bool Set(int32_t mode) {
+    if constexpr (kPerInterpreter) {
+      return control_.SetMode(mode);
+    } else {
+      return ForgeRecalibSetMode(mode);
+    }
+  }
 
  private:
   std::conditional_t<kPerInterpreter, Control, char> control_{};
@@ -504,6 +516,9 @@ int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) 
                                        nullptr, &profiler);
   ModeScope<> mode(&interpreter, config.adapt);  // before AllocateTensors/Invoke
   if (!mode.ok()) return Fail("forge_mode", -3);
+  if (config.gate && (!config.adapt || !ModeScope<>::kHasSourceMode)) {
+    return Fail(config.adapt ? "gate_needs_the_source_mode_kernel" : "gate_needs_adapt", -3);
+  }
   if (interpreter.AllocateTensors() != kTfLiteOk) return Fail("allocate_tensors", -4);
   TfLiteTensor* input = interpreter.input(0);
   TfLiteTensor* output = interpreter.output(0);
@@ -513,6 +528,26 @@ int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) 
   }
   const size_t input_bytes = input->bytes;
   const size_t num_classes = output->bytes;
+  ForgeGateConfig gate_config = config.gate_config;
+  gate_config.num_classes = static_cast<int>(num_classes);
+  if (output->params.scale > 0.0f) {
+    gate_config.output_scale = output->params.scale;
+    gate_config.output_zero_point = output->params.zero_point;
+  }
+  ForgeGate gate(gate_config);
+  if (config.gate && !gate.valid()) return Fail("gate_config", -5);
+  int8_t source_logits[kForgeGateMaxClasses];
+  // The probe's second pass needs the image again: TFLM's memory plan may reuse
+  // the input tensor's bytes for later tensors during the first.
+  int8_t* probe_input = nullptr;
+  if (config.gate) {
+    probe_input = static_cast<int8_t*>(malloc(input_bytes));
+    if (probe_input == nullptr) return Fail("gate_input_copy_alloc", -5);
+  }
+  struct FreeOnExit {
+    void* p;
+    ~FreeOnExit() { free(p); }
+  } free_probe_input{probe_input};
 
   {
     Line line;
@@ -531,7 +566,7 @@ int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) 
 #endif
     line.Add(" clock_hz=%s mode=%s trace=%s fc_guard=%d",
              U64(platform.clock_hz).s,
-             config.adapt ? "adapt" : "frozen",
+             config.gate ? "gated" : config.adapt ? "adapt" : "frozen",
              kTraceNames[config.trace < 0 || config.trace > 2 ? 0 : config.trace], fc_guard);
     line.Emit();
   }
@@ -574,7 +609,37 @@ int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) 
     g_run.in_invoke = true;
     Marker(FORGE_APP_MARKER_INFERENCE, 1, static_cast<uint32_t>(n));
     const uint64_t t0 = Now();
-    const TfLiteStatus status = interpreter.Invoke();
+    TfLiteStatus status = kTfLiteOk;
+    const char* path = nullptr;  // gate: the pass whose logits are reported
+    ForgeGate::Event event = ForgeGate::kNone;
+    if (!config.gate) {
+      status = interpreter.Invoke();
+    } else if (gate.probing()) {
+      // The source pass, then the adapting one on the same image.
+      memcpy(probe_input, dst, input_bytes);
+      if (!mode.Set(FORGE_RECALIB_MODE_SOURCE)) return Fail("forge_mode", -3);
+      status = interpreter.Invoke();
+      memcpy(source_logits, output->data.int8, num_classes);
+      if (status == kTfLiteOk) {
+        memcpy(input->data.int8, probe_input, input_bytes);
+        mode.Set(FORGE_RECALIB_MODE_ADAPT);
+        status = interpreter.Invoke();
+      }
+      // Predict with the path chosen last (the source before the first decision).
+      const bool adapting = gate.adapting();
+      path = adapting ? "adapt" : "source";
+      if (status == kTfLiteOk) {
+        event = gate.Observe(source_logits, output->data.int8);
+        if (!adapting) memcpy(output->data.int8, source_logits, num_classes);
+        if (event == ForgeGate::kDecidedOff) interpreter.Reset();  // clean targets
+      }
+    } else {
+      const bool adapting = gate.adapting();
+      mode.Set(adapting ? FORGE_RECALIB_MODE_ADAPT : FORGE_RECALIB_MODE_FROZEN);
+      status = interpreter.Invoke();
+      path = adapting ? "adapt" : "frozen";
+      gate.Skip();
+    }
     const uint64_t ticks = Now() - t0;
     Marker(FORGE_APP_MARKER_INFERENCE, 0, static_cast<uint32_t>(n));
     g_run.in_invoke = false;
@@ -600,6 +665,7 @@ int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) 
       for (size_t c = 0; c < num_classes; ++c) line.Add(c ? ",%d" : "%d", logits[c]);
     }
     line.Add(" ticks=%s", U64(ticks).s);
+    if (path != nullptr) line.Add(" path=%s", path);
     if (config.trace == FORGE_APP_TRACE_FORGE || config.trace == FORGE_APP_TRACE_ALL) {
       line.Add(" forge=");
       bool first = true;
@@ -627,6 +693,15 @@ int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) 
       }
     }
     line.Emit();
+    if (event != ForgeGate::kNone) {
+      Line decision;
+      // Integers (micro-units): newlib-nano's printf has no %f.
+      decision.Add("gate image=%lu decision=%s score_e6=%ld autocorrelation_e6=%ld",
+                   static_cast<unsigned long>(n),
+                   event == ForgeGate::kDecidedOn ? "on" : "off",
+                   lround(gate.score() * 1e6), lround(gate.autocorrelation() * 1e6));
+      decision.Emit();
+    }
   }
 
   // Per-operator and per-type cost (summed over the images that ran).

@@ -22,7 +22,8 @@
 // lists are comma-separated; checksums (ForgeAppChecksum) are over the bytes of
 // an operator's output tensor, as 8 hex digits):
 //   forge_app version=1 model_bytes=B ops=K forge_ops=F input=1x32x32x3
-//       input_bytes=N output=1x10 clock_hz=H mode=adapt|frozen trace=none|forge|all
+//       input_bytes=N output=1x10 clock_hz=H mode=adapt|frozen|gated
+//       trace=none|forge|all
 //       fc_guard=G   (G FULLY_CONNECTED nodes run TFLM's reference kernel instead
 //                     of ESP-NN's, see esp_nn_fc_guard.h; 0 without ESP-NN)
 //   op index=i name=CONV_2D forge=0|1                       (K lines, model order)
@@ -36,6 +37,10 @@
 //   tensor image=n op=k offset=o bytes=B values=v0,...  (dump_op; 512 per line)
 //   cost index=i name=CONV_2D calls=n ticks=T               (per operator, summed)
 //   cost_type name=CONV_2D ops=k ticks=T                    (per operator type)
+//   gate image=n decision=on|off score_e6=S autocorrelation_e6=R  (a probe
+//       ended; the probe's score and label autocorrelation in millionths;
+//       with config.gate the img line also has path=source|adapt|frozen: the
+//       pass whose logits it prints)
 //   done images=n status=ok|error ticks=T
 //   error what=...                                          (on failure)
 // The per-operator ticks come from TFLM's MicroProfiler interface with the
@@ -50,6 +55,7 @@
 #include <stdint.h>
 
 #include "forge_app_platform.h"
+#include "forge_gate.h"
 
 // The operators the resolver knows (the ResNet-20 set by default). Define
 // FORGE_APP_OPS_CUSTOM and then any of the FORGE_APP_OP_* macros below to
@@ -81,6 +87,11 @@ struct ForgeAppConfig {
   void* read_image_user = nullptr;
   size_t num_images = 0;
   bool adapt = true;  // false: FORGE frozen at the clean targets ("source")
+  // The gate (forge_gate.h: `forge_tflm eval --methods=forge-gated` at batch 1):
+  // while probing, each image runs twice (source mode, then adapt); num_classes
+  // and the output quantization are filled in from the model. Needs `adapt`.
+  bool gate = false;
+  ForgeGateConfig gate_config;
   int trace = FORGE_APP_TRACE_FORGE;
   bool print_logits = true;
   // Debugging: print the whole int8 output of op `dump_op` at image

@@ -4,6 +4,8 @@
 //
 //   forge_app_host MODEL.tflite IMAGES.bin [--images=N] [--trace=none|forge|all]
 //                  [--frozen] [--arena=BYTES] [--no_logits] [--dump=OP:IMAGE]
+//                  [--gate] [--gate_probe=N] [--gate_period=N] [--gate_delta=F]
+//                  [--gate_max_autocorrelation=F]
 //
 // IMAGES.bin: N * input_bytes int8 values, image after image (the model's
 // quantized input, e.g. from forge_tflm.deploy.write_image_stream). Without
@@ -55,7 +57,9 @@ bool ReadImage(void* user, size_t index, int8_t* dst, size_t n) {
 int main(int argc, char** argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: %s MODEL.tflite IMAGES.bin [--images=N] [--trace=none|forge|all]"
-                    " [--frozen] [--arena=BYTES] [--no_logits] [--dump=OP:IMAGE]\n", argv[0]);
+                    " [--frozen] [--arena=BYTES] [--no_logits] [--dump=OP:IMAGE] [--gate]"
+                    " [--gate_probe=N] [--gate_period=N] [--gate_delta=F]"
+                    " [--gate_max_autocorrelation=F]\n", argv[0]);
     return 2;
   }
   long num_images = -1;
@@ -73,6 +77,16 @@ int main(int argc, char** argv) {
       config.trace = FORGE_APP_TRACE_ALL;
     } else if (strcmp(a, "--frozen") == 0) {
       config.adapt = false;
+    } else if (strcmp(a, "--gate") == 0) {
+      config.gate = true;
+    } else if (strncmp(a, "--gate_probe=", 13) == 0) {
+      config.gate_config.probe_images = static_cast<uint32_t>(atol(a + 13));
+    } else if (strncmp(a, "--gate_period=", 14) == 0) {
+      config.gate_config.period = static_cast<uint32_t>(atol(a + 14));
+    } else if (strncmp(a, "--gate_delta=", 13) == 0) {
+      config.gate_config.delta = atof(a + 13);
+    } else if (strncmp(a, "--gate_max_autocorrelation=", 27) == 0) {
+      config.gate_config.max_autocorrelation = atof(a + 27);
     } else if (strncmp(a, "--arena=", 8) == 0) {
       arena_bytes = static_cast<size_t>(atol(a + 8));
     } else if (strncmp(a, "--dump=", 7) == 0) {  // --dump=OP:IMAGE

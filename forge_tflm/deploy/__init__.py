@@ -5,14 +5,14 @@ The application core itself is C++ in esp32s3_app/core; the host builds that the
 parity tests run are in esp32s3_app/host (tests/deploy).
 """
 
-from forge_tflm.deploy.expected import (ExpectedOutputs, checksum, expected_outputs,
-                                        model_ops)
+from forge_tflm.deploy.expected import (ExpectedGated, ExpectedOutputs, checksum,
+                                        expected_gated, expected_outputs, model_ops)
 from forge_tflm.deploy.report import AppRun, parse_app_output
 from forge_tflm.deploy.streams import (ImageStream, corrupted_stream, model_input,
                                        write_c_arrays, write_image_stream)
 
 __all__ = [
-    "AppRun", "ExpectedOutputs", "ImageStream", "checksum", "corrupted_stream",
-    "expected_outputs", "model_input", "model_ops", "parse_app_output",
+    "AppRun", "ExpectedGated", "ExpectedOutputs", "ImageStream", "checksum",
+    "corrupted_stream", "expected_gated", "expected_outputs", "model_input", "model_ops", "parse_app_output",
     "write_c_arrays", "write_image_stream",
 ]

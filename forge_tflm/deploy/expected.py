@@ -182,3 +182,47 @@ def expected_outputs(artifact, inputs_int8: np.ndarray, *, mode: str = "adapt",
       states=states if keep_states else None,
       state_checksums=np.array(state_sums, np.uint32).reshape(n_images, -1)
       if trace != "none" else None)
+
+
+@dataclasses.dataclass
+class ExpectedGated:
+  logits: np.ndarray        # int8 [N, classes]: the logits of the path that predicted
+  predictions: np.ndarray   # int64 [N]
+  paths: list[str]          # per image: "source", "adapt" or "frozen" (its op mode)
+  decisions: list[dict]     # per probe: image (its last), on, score, autocorrelation
+
+
+def expected_gated(artifact, inputs_int8: np.ndarray, gate, *,
+                   kernels: str = "reference") -> ExpectedGated:
+  """What a device running the gate (esp32s3_app/core/forge_gate.h, `config.gate`)
+  must print: the evaluator's `forge-gated` method at batch 1 over `inputs_int8`
+  (quantized model input), `gate` a forge_tflm.evaluation.gate.GateConfig."""
+  from forge_tflm.evaluation.gate import GatedForge
+  from forge_tflm.runtime.segmented import SegmentedModel
+
+  model = SegmentedModel(_read(artifact), kernels)
+  last = {}  # mode -> the int8 output of this image's pass in that mode
+  run = model.run
+
+  def recording_run(x, mode="adapt"):
+    last[mode] = run(x, mode)
+    return last[mode]
+
+  model.run = recording_run
+  gated = GatedForge(model, gate, batch_size=1)
+  x = np.asarray(inputs_int8)
+  logits, paths, decisions = [], [], []
+  for n in range(len(x)):
+    probing, adapting = gated.probing, bool(gated.fired)
+    last.clear()
+    gated.predict(x[n:n + 1])
+    path = ("adapt" if adapting else "source") if probing else (
+        "adapt" if adapting else "frozen")
+    paths.append(path)
+    logits.append(last[path].reshape(-1))
+    if len(gated.decisions) > len(decisions):
+      decisions.append({"image": n, "on": gated.decisions[-1],
+                        "score": float(gated.last_score),
+                        "autocorrelation": float(gated.last_autocorrelation)})
+  logits = np.asarray(logits, np.int8)
+  return ExpectedGated(logits, np.argmax(logits, axis=1), paths, decisions)

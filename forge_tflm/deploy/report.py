@@ -10,7 +10,8 @@ import dataclasses
 
 import numpy as np
 
-RECORDS = ("forge_app", "op", "mem", "img", "tensor", "cost", "cost_type", "done", "error")
+RECORDS = ("forge_app", "op", "mem", "img", "gate", "tensor", "cost", "cost_type", "done",
+           "error")
 
 
 def _fields(line: str) -> tuple[str, dict[str, str]] | None:
@@ -43,6 +44,10 @@ class AppRun:
   done: dict
   errors: list[dict]
   tensors: dict = dataclasses.field(default_factory=dict)  # (image, op) -> int8 [bytes]
+  # The gate (mode=gated): per image the pass whose logits it printed
+  # (source/adapt/frozen), and each probe's decision: image, on, score, autocorrelation.
+  paths: list = dataclasses.field(default_factory=list)
+  gate_decisions: list = dataclasses.field(default_factory=list)
   malformed: list = dataclasses.field(default_factory=list)  # (line number, text)
 
   @property
@@ -59,6 +64,7 @@ def parse_app_output(text: str) -> AppRun:
   listed in `malformed` instead of raising, and the records before it stand."""
   header, ops, forge_ops, mem, cost, cost_type, done, errors = {}, [], [], {}, [], {}, {}, []
   images: list[dict] = []
+  decisions: list[dict] = []
   chunks: dict = {}
   malformed = []
   for lineno, line in enumerate(text.splitlines(), 1):
@@ -77,6 +83,10 @@ def parse_app_output(text: str) -> AppRun:
         mem = {k: int(v) for k, v in f.items()}
       elif kind == "img":
         images.append(_image(f, images[0] if images else None, len(images)))
+      elif kind == "gate":
+        decisions.append({"image": int(f["image"]), "on": f["decision"] == "on",
+                          "score": int(f["score_e6"]) / 1e6,
+                          "autocorrelation": int(f["autocorrelation_e6"]) / 1e6})
       elif kind == "tensor":
         key = (int(f["image"]), int(f["op"]))
         values = np.array([int(v) for v in f["values"].split(",") if v], np.int8)
@@ -108,7 +118,8 @@ def parse_app_output(text: str) -> AppRun:
       forge_checksums=stack("forge", np.uint32), op_checksums=stack("trace", np.uint32),
       state_checksums=stack("state", np.uint32),
       cost=cost, cost_type=cost_type, done=done, errors=errors, tensors=chunks,
-      malformed=malformed)
+      malformed=malformed, paths=[im["path"] for im in images if "path" in im],
+      gate_decisions=decisions)
 
 
 def _image(f: dict, first: dict | None, index: int) -> dict:
@@ -117,6 +128,8 @@ def _image(f: dict, first: dict | None, index: int) -> dict:
   if int(f["index"]) != index:
     raise ValueError(f"image {f['index']} where {index} was expected")
   im = {"pred": int(f["pred"]), "ticks": int(f.get("ticks", 0))}
+  if "path" in f:
+    im["path"] = f["path"]
   if "logits" in f:
     im["logits"] = [int(v) for v in f["logits"].split(",")]
     if not all(-128 <= v <= 127 for v in im["logits"]):

@@ -267,6 +267,7 @@ class GatedForge(Int8Method):
     self.probing = True
     self.fired: bool | None = None  # The last decision; None before the first.
     self.decisions: list[bool] = []
+    self.last_score = self.last_autocorrelation = float("nan")  # Of the last decision.
     self.images_since_probe = 0
     self.images = 0
     self.images_adapted = 0  # Predicted by the adapting path.
@@ -281,6 +282,8 @@ class GatedForge(Int8Method):
       self.batches_probed += 1
       out = adapted if adapting else frozen
       if self.batches_probed == self.warmup_batches:
+        self.last_score = self.probe.score(self.config)
+        self.last_autocorrelation = self.serial.autocorrelation()
         self.fired = gate_fires(self.probe, self.config, self.serial)
         self.decisions.append(self.fired)
         self.probing = False

@@ -356,3 +356,45 @@ def test_export_firmware_refuses_a_model_its_manifest_does_not_describe(tmp_path
   assert len(err) == 1 and "sha256" in err[0], err
   assert not out.exists() or not any(out.iterdir())  # nothing half-written
   assert cli(["forge_tflm", "export-firmware", f"--data_dir={DATA_DIR}"]) == 1
+
+
+def test_gated_app_matches_evaluator_forge_gated(artifacts, binaries, stream, tmp_path):
+  """config.gate (esp32s3_app/core/forge_gate.h) is the evaluator's `forge-gated` at
+  batch 1: the same path (source / adapt / frozen) and the same logits at every
+  image, the same decisions at the same images, through several probes (short
+  probe and period so that 200 images hold many): the shuffled stream without the
+  label-correlation veto, then the same images sorted by class with the default
+  veto, which must then keep the gate off."""
+  from forge_tflm import deploy
+  from forge_tflm.evaluation.gate import GateConfig
+
+  name, target = "forge_all", "reference"
+  path = artifacts[name]
+  shuffled = deploy.model_input(path, stream.images)
+  by_class = shuffled[np.argsort(stream.labels, kind="stable")]
+  for x, veto in ((shuffled, 1e9), (by_class, GateConfig.max_autocorrelation)):
+    images = deploy.write_image_stream(str(tmp_path / "images.bin"), x)
+    gate = GateConfig(warmup_batches=16, period=40, max_autocorrelation=veto)
+    exp = deploy.expected_gated(path, x, gate)
+    r = subprocess.run([binaries[target], path, images, f"--images={N_IMAGES}",
+                        "--trace=none", "--gate", "--gate_probe=16", "--gate_period=40",
+                        f"--gate_max_autocorrelation={veto}"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    run = deploy.parse_app_output(r.stdout)
+    assert run.ok and run.header["mode"] == "gated"
+    assert run.paths == exp.paths
+    assert [(d["image"], d["on"]) for d in run.gate_decisions] == \
+        [(d["image"], d["on"]) for d in exp.decisions]
+    assert len(exp.decisions) == N_IMAGES // 40 + (N_IMAGES % 40 >= 16)
+    for got, want in zip(run.gate_decisions, exp.decisions):
+      assert abs(got["score"] - want["score"]) <= 1e-6
+      assert abs(got["autocorrelation"] - want["autocorrelation"]) <= 1e-6
+    np.testing.assert_array_equal(run.logits, exp.logits)
+    np.testing.assert_array_equal(run.predictions, exp.predictions)
+    if veto < 1:
+      assert any(d["autocorrelation"] > veto for d in exp.decisions)
+      assert not any(d["on"] for d in exp.decisions if d["autocorrelation"] > veto)
+    print(f"\n{target}/{name} gated (veto {veto:g}): paths {exp.paths.count('adapt')} adapt, "
+          f"{exp.paths.count('source')} source, {exp.paths.count('frozen')} frozen; "
+          f"decisions {[d['on'] for d in exp.decisions]}")

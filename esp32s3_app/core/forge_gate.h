@@ -1,0 +1,85 @@
+// The FORGE gate on the device: decides, from the model's own outputs, whether
+// adapting helps, and keeps deciding without stream boundaries. The same rule
+// as the evaluator's `forge-gated` method with its default signal
+// (forge_tflm/evaluation/gate.py: GatedForge, ProbeStats, SerialStats), at
+// batch 1, so a device predicts what `forge_tflm eval --batch_size=1
+// --methods=forge-gated` predicted (tests/deploy/test_host_parity.py checks it
+// image by image). Framework-free: the caller runs the model.
+//
+//   ForgeGate gate(config);                 // config.num_classes, scale, zp...
+//   for each image:
+//     if (gate.probing()) {                 // both passes, state kept
+//       run in FORGE_RECALIB_MODE_SOURCE -> src;  run in _ADAPT -> adp;
+//       out = gate.adapting() ? adp : src;
+//       if (gate.Observe(src, adp) == ForgeGate::kDecidedOff) reset FORGE state;
+//     } else {
+//       out = run in gate.adapting() ? _ADAPT : _FROZEN;
+//       gate.Skip();
+//     }
+//
+// Probe: `probe_images` images in which both paths run and the prediction
+// comes from the path chosen last (the source before the first decision). Then
+// adapting continues iff H(mean p_adapted) - H(mean p_source) > delta (nats,
+// "does adapting undo the source's collapse?") and the source's predictions
+// over the probe are not label-correlated (lag-1 autocorrelation of its
+// softmax vectors <= max_autocorrelation). With period > 0 a new probe starts
+// `period` images after the previous one started. Every "off" decision resets
+// FORGE to its clean targets. Memory: 3 * kForgeGateMaxClasses + 5 doubles.
+#ifndef ESP32S3_APP_CORE_FORGE_GATE_H_
+#define ESP32S3_APP_CORE_FORGE_GATE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct ForgeGateConfig {
+  int num_classes = 10;       // <= kForgeGateMaxClasses
+  float output_scale = 1.0f;  // the model's int8 output quantization
+  int32_t output_zero_point = 0;
+  uint32_t probe_images = 256;
+  double delta = 0.03;
+  uint32_t period = 0;               // 0: decide once
+  double max_autocorrelation = 0.1;  // veto above it; a huge value: no veto
+};
+
+constexpr int kForgeGateMaxClasses = 64;
+
+class ForgeGate {
+ public:
+  enum Event { kNone = 0, kDecidedOn, kDecidedOff };
+
+  explicit ForgeGate(const ForgeGateConfig& config);
+  bool valid() const { return valid_; }
+  bool probing() const { return probing_; }
+  bool adapting() const { return fired_; }
+  uint32_t decisions() const { return decisions_; }
+  double score() const;            // the last (or current) probe's
+  double autocorrelation() const;  // idem
+
+  // One probed image: both paths' int8 logits. Returns the decision's effect
+  // when this image ends the probe, else kNone.
+  Event Observe(const int8_t* source_logits, const int8_t* adapted_logits);
+  // One image outside a probe.
+  void Skip();
+
+ private:
+  void Softmax(const int8_t* logits, double* p) const;
+  void Advance();
+
+  ForgeGateConfig config_;
+  bool valid_;
+  bool probing_ = true;
+  bool fired_ = false;
+  uint32_t decisions_ = 0;
+  uint32_t probed_ = 0;
+  uint32_t since_probe_ = 0;
+  // ProbeStats: summed softmax vectors per path.
+  double sum_source_[kForgeGateMaxClasses];
+  double sum_adapted_[kForgeGateMaxClasses];
+  // SerialStats of the source path.
+  uint32_t pairs_ = 0;
+  double lag_dot_ = 0.0, squares_ = 0.0;
+  double last_[kForgeGateMaxClasses];
+  double last_score_ = 0.0, last_autocorrelation_ = 0.0;
+};
+
+#endif  // ESP32S3_APP_CORE_FORGE_GATE_H_
