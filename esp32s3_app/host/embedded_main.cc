@@ -1,7 +1,8 @@
 // Host target with the model and images compiled in as C arrays, the form the
 // firmware targets use (forge_tflm.deploy.write_c_arrays writes
 // forge_app_data.{h,cc}). Same platform as host_main.cc; takes no arguments
-// except an optional --trace=none|forge|all.
+// except an optional --trace=none|forge|all and --gate (the gate with the
+// settings export-firmware wrote, as esp32s3_app/main with CONFIG_FORGE_APP_GATE).
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -36,6 +37,13 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "--trace=none") == 0) config.trace = FORGE_APP_TRACE_NONE;
     if (strcmp(argv[i], "--trace=all") == 0) config.trace = FORGE_APP_TRACE_ALL;
+    if (strcmp(argv[i], "--gate") == 0) {
+      config.gate = true;
+      config.gate_config.probe_images = FORGE_APP_GATE_PROBE_IMAGES;
+      config.gate_config.period = FORGE_APP_GATE_PERIOD;
+      config.gate_config.delta = FORGE_APP_GATE_DELTA;
+      config.gate_config.max_autocorrelation = FORGE_APP_GATE_MAX_AUTOCORRELATION;
+    }
   }
   ForgeAppPlatform platform = {ClockNs, 1000000000ull, WriteLine, nullptr, nullptr};
   const int rc = ForgeAppRun(platform, config);

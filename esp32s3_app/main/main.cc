@@ -19,6 +19,14 @@ extern "C" void app_main(void) {
 #else
   config.adapt = false;
 #endif
+#ifdef CONFIG_FORGE_APP_GATE
+  // The gate as evaluated: its settings come from export-firmware (gate.py).
+  config.gate = true;
+  config.gate_config.probe_images = FORGE_APP_GATE_PROBE_IMAGES;
+  config.gate_config.period = FORGE_APP_GATE_PERIOD;
+  config.gate_config.delta = FORGE_APP_GATE_DELTA;
+  config.gate_config.max_autocorrelation = FORGE_APP_GATE_MAX_AUTOCORRELATION;
+#endif
 #if defined(CONFIG_FORGE_APP_TRACE_NONE)
   config.trace = FORGE_APP_TRACE_NONE;
 #elif defined(CONFIG_FORGE_APP_TRACE_ALL)

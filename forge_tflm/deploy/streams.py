@@ -86,13 +86,14 @@ def _c_int8(values: np.ndarray, per_line: int = 24) -> str:
 
 def write_c_arrays(out_dir: str, artifact, inputs_int8: np.ndarray,
                    labels: np.ndarray | None = None, prefix: str = "forge_app",
-                   command: str = "", arena_bytes: int | None = None) -> list[str]:
+                   command: str = "", arena_bytes: int | None = None,
+                   defines: dict[str, str] | None = None) -> list[str]:
   """Writes <prefix>_data.h/.cc: the model as `alignas(16) const uint8_t
   <prefix>_model[]` and the int8 images as `<prefix>_images[]` (+ labels), the
   embedded-array form the firmware targets compile (esp32s3_app/core's
   ForgeAppConfig.model / .images). `command` (the generating command line) is
-  named in both files; `arena_bytes` becomes <PREFIX>_ARENA_BYTES in the header.
-  Returns the paths written."""
+  named in both files; `arena_bytes` becomes <PREFIX>_ARENA_BYTES in the header, each
+  of `defines` (name -> C literal) a #define there. Returns the paths written."""
   if isinstance(artifact, (bytes, bytearray)):
     model_bytes = bytes(artifact)
   else:
@@ -111,6 +112,7 @@ def write_c_arrays(out_dir: str, artifact, inputs_int8: np.ndarray,
   arena = (f"// TFLM arena for this model (forge_tflm.deploy.arena estimate; the app\n"
            f"// prints arena_used).\n#define {prefix.upper()}_ARENA_BYTES {int(arena_bytes)}\n"
            if arena_bytes else "")
+  arena += "".join(f"#define {name} {value}\n" for name, value in (defines or {}).items())
   with open(header + ".partial", "w") as f:
     f.write(f"{made_by}"
             f"#ifndef {guard}\n#define {guard}\n#include <stddef.h>\n#include <stdint.h>\n"

@@ -74,6 +74,9 @@ DEFAULT_DELTA = {DIVERSITY_GAIN: 0.03, CONFIDENCE_GAIN: 0.0, CONFIDENCE_DROP: 0.
 # lowers the score), so the margin sits low. Measurements and the chosen value's
 # effect: benchmarks/results/field_protocols*.md.
 DEFAULT_MAX_AUTOCORRELATION = 0.1
+# The re-probing period a device uses (it never sees a stream boundary); the
+# evaluator's default stays "decide once per stream". field_protocols*.md measure it.
+DEVICE_PERIOD = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +117,19 @@ class GateConfig:
   @property
   def needs_reference(self) -> bool:
     return self.signal == CONFIDENCE_DROP and self.reference is None
+
+
+def device_defines(config: GateConfig) -> dict[str, str]:
+  """The gate's settings as the C literals a firmware build takes (forge_gate.h's
+  ForgeGateConfig at batch 1; esp32s3_app/main reads them from the generated header),
+  so the device runs exactly the rule evaluated. No period: DEVICE_PERIOD."""
+  return {"FORGE_APP_GATE_PROBE_IMAGES": str(config.batches(1)),
+          "FORGE_APP_GATE_PERIOD": str(config.period if config.period is not None
+                                       else DEVICE_PERIOD),
+          "FORGE_APP_GATE_DELTA": repr(float(config.margin)),
+          "FORGE_APP_GATE_MAX_AUTOCORRELATION": repr(float(
+              config.max_autocorrelation if config.max_autocorrelation is not None
+              else 1e300))}
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:

@@ -308,6 +308,14 @@ def test_export_firmware_embedded_build_verifies_bit_exact(tmp_path, artifacts, 
   log = tmp_path / "device.log"
   log.write_text(r.stdout)
   assert cli(["forge_tflm", "verify-device", str(log), f"--expected={gen}"]) == 0
+  # The gate's settings travel in the header; the firmware's --gate runs them.
+  from forge_tflm.evaluation.gate import GateConfig, device_defines
+  for name, value in device_defines(GateConfig()).items():
+    assert f"#define {name} {value}\n" in header
+  r = subprocess.run([binary, "--trace=none", "--gate"], capture_output=True, text=True)
+  gated = deploy.parse_app_output(r.stdout)
+  assert r.returncode == 0 and gated.ok and gated.header["mode"] == "gated"
+  assert gated.paths == ["source"] * n  # Still inside the first 256-image probe.
   # The embedded binary and the file-fed one print the same for the same images.
   r2 = subprocess.run([binaries["reference"], artifacts["forge_3"], str(gen / "images.bin"),
                        "--trace=all"], capture_output=True, text=True)
