@@ -38,9 +38,10 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
                        flag_values=fv)
   flags.DEFINE_integer("ordering", 0, "Which shuffled ordering (eval's k < --orderings).",
                        lower_bound=0, flag_values=fv)
-  flags.DEFINE_enum("mode", "adapt", ["adapt", "frozen"], "FORGE adapting (the default)"
-                    " or frozen at its clean targets, as the firmware will run.",
-                    flag_values=fv)
+  flags.DEFINE_enum("mode", "adapt", ["adapt", "frozen", "gated"], "FORGE adapting (the"
+                    " default), frozen at its clean targets, or gated (the firmware built"
+                    " with CONFIG_FORGE_APP_GATE: forge-gated's default rule, re-probing"
+                    " every 1024 images), as the firmware will run.", flag_values=fv)
   flags.DEFINE_integer("arena_bytes", None, "TFLM arena size; default: estimated from the"
                        " model and manifest (forge_tflm.deploy.arena).", lower_bound=1024,
                        flag_values=fv)

@@ -27,11 +27,14 @@ import os
 import numpy as np
 
 from forge_tflm.deploy.arena import arena_bytes as estimate_arena_bytes
-from forge_tflm.deploy.expected import expected_outputs
+from forge_tflm.deploy.expected import expected_gated, expected_outputs
+from forge_tflm.evaluation.gate import device_defines
 from forge_tflm.deploy.streams import (corrupted_stream, model_input, write_c_arrays,
                                        write_image_stream)
 
 EXPECTED_FILE = "expected.json"
+# adapt / frozen: ForgeAppConfig.adapt; gated: the gate (CONFIG_FORGE_APP_GATE).
+MODES = ("adapt", "frozen", "gated")
 EXPECTED_VERSION = 1
 DEFAULT_OUT = os.path.join("esp32s3_app", "main", "generated")
 
@@ -54,21 +57,28 @@ def export_firmware(artifact_path: str, out_dir: str = DEFAULT_OUT, *, data_dir=
                     arena_bytes: int | None = None, command: str = "",
                     cache_dir: str | None = None, gate=None) -> Export:
   """Writes the firmware inputs and expected outputs for `artifact_path` (see module).
-  `gate` (a GateConfig, default: its defaults) sets the FORGE_APP_GATE_* values the
-  firmware's gate uses when built with CONFIG_FORGE_APP_GATE."""
+  `gate` (a GateConfig, default: its defaults; no period: gate.DEVICE_PERIOD) sets the
+  FORGE_APP_GATE_* values the firmware's gate uses when built with
+  CONFIG_FORGE_APP_GATE; mode "gated" expects such a firmware."""
   from forge_tflm.artifact import Artifact
-  from forge_tflm.evaluation.gate import GateConfig, device_defines
 
   if images < 1:
     raise ValueError(f"images must be >= 1, got {images}")
-  if mode not in ("adapt", "frozen"):
-    raise ValueError(f"mode must be adapt or frozen, got {mode!r}")
+  if mode not in MODES:
+    raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+  gate = device_gate(gate)
   artifact = Artifact.load(artifact_path, require_manifest=True)
   stream = corrupted_stream(data_dir, corruption, severity, limit=images, seed=seed,
                             ordering_index=ordering_index, dataset=dataset,
                             cache_dir=cache_dir)
   x = model_input(artifact, stream.images)
-  exp = expected_outputs(artifact.model, x, mode=mode, trace="all")
+  if mode == "gated":  # Two passes per probed image: no per-op checksums to compare.
+    exp = expected_gated(artifact.model, x, gate)
+    exp_ops = expected_outputs(artifact.model, x[:0], trace="none")
+    op_names, forge_ops = exp_ops.op_names, exp_ops.forge_ops
+  else:
+    exp = expected_outputs(artifact.model, x, mode=mode, trace="all")
+    op_names, forge_ops = exp.op_names, exp.forge_ops
   source = expected_outputs(artifact.model, x, mode="frozen", trace="none")
   arena = arena_bytes or estimate_arena_bytes(artifact.model, artifact.manifest)
   labels = np.asarray(stream.labels)
@@ -78,25 +88,27 @@ def export_firmware(artifact_path: str, out_dir: str = DEFAULT_OUT, *, data_dir=
       "artifact": os.path.abspath(artifact_path), "model_sha256": artifact.sha256,
       "model_bytes": len(artifact.model), "stream": stream.name, "dataset": dataset,
       "images": len(x), "seed": seed, "ordering_index": ordering_index, "mode": mode,
-      "kernels": "reference", "arena_bytes": arena, "ops": exp.op_names,
-      "forge_ops": exp.forge_ops,
+      "kernels": "reference", "arena_bytes": arena, "ops": op_names,
+      "forge_ops": forge_ops,
       "accuracy": float(np.mean(exp.predictions == labels)),
       "accuracy_source": float(np.mean(source.predictions == labels)),
       "per_image": [{
           "index": n, "label": int(labels[n]), "pred": int(exp.predictions[n]),
           "pred_source": int(source.predictions[n]),
           "logits": exp.logits[n].astype(int).tolist(),
-          "forge": [f"{v:08x}" for v in exp.forge_checksums[n]],
-          "state": [f"{v:08x}" for v in exp.state_checksums[n]],
-          "trace": [f"{v:08x}" for v in exp.op_checksums[n]],
+          **({"path": exp.paths[n]} if mode == "gated" else {
+              "forge": [f"{v:08x}" for v in exp.forge_checksums[n]],
+              "state": [f"{v:08x}" for v in exp.state_checksums[n]],
+              "trace": [f"{v:08x}" for v in exp.op_checksums[n]]}),
       } for n in range(len(x))],
   }
+  if mode == "gated":
+    doc["gate"] = {"defines": device_defines(gate), "decisions": exp.decisions}
   os.makedirs(out_dir, exist_ok=True)
   staging = os.path.join(out_dir, ".export.partial")
   os.makedirs(staging, exist_ok=True)
   written = write_c_arrays(staging, artifact.model, x, labels, command=command,
-                           arena_bytes=arena,
-                           defines=device_defines(gate if gate is not None else GateConfig()))
+                           arena_bytes=arena, defines=device_defines(gate))
   written.append(write_image_stream(os.path.join(staging, "images.bin"), x))
   with open(os.path.join(staging, EXPECTED_FILE), "w") as f:
     json.dump(doc, f)
@@ -110,6 +122,15 @@ def export_firmware(artifact_path: str, out_dir: str = DEFAULT_OUT, *, data_dir=
   return Export(out_dir=out_dir, images=len(x), stream=stream.name, arena_bytes=arena,
                 accuracy=doc["accuracy"], accuracy_source=doc["accuracy_source"],
                 files=tuple(files))
+
+
+def device_gate(gate=None):
+  """The GateConfig a firmware runs: `gate` (default GateConfig()) with
+  gate.DEVICE_PERIOD when it has no period (a device sees no stream boundaries)."""
+  from forge_tflm.evaluation.gate import DEVICE_PERIOD, GateConfig
+
+  gate = gate if gate is not None else GateConfig()
+  return gate if gate.period is not None else dataclasses.replace(gate, period=DEVICE_PERIOD)
 
 
 def load_expected(path: str) -> dict:

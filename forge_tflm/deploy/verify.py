@@ -112,12 +112,20 @@ def verify(log_text: str, expected: dict) -> Verification:
     problems.append("no 'done ... status=ok' line")
 
   compared = ["logits"]
-  if run.forge_checksums is not None:
-    compared.append("FORGE outputs")
-  if run.state_checksums is not None:
-    compared.append("FORGE state")
-  if run.op_checksums is not None:
-    compared.append("every op")
+  gated = expected.get("mode") == "gated"
+  if gated:
+    compared = ["logits", "gate path"]
+    want = [(d["image"], d["on"]) for d in expected.get("gate", {}).get("decisions", [])]
+    got = [(d["image"], d["on"]) for d in run.gate_decisions]
+    if got != want[:len(got)] or (n_log >= n_exp and len(got) != len(want)):
+      problems.append(f"gate decisions (image, on) differ: device {got}, expected {want}")
+  else:
+    if run.forge_checksums is not None:
+      compared.append("FORGE outputs")
+    if run.state_checksums is not None:
+      compared.append("FORGE state")
+    if run.op_checksums is not None:
+      compared.append("every op")
   identical, first = 0, None
   for n in range(min(n_exp, n_log)):
     e = per[n]
@@ -128,16 +136,20 @@ def verify(log_text: str, expected: dict) -> Verification:
           if len(got) == len(e["logits"]) else None
       why = (f"logits differ (class {k}: device {got[k]}, expected {e['logits'][k]})"
              if k is not None else f"{len(got)} logits, expected {len(e['logits'])}")
-    if why is None and run.op_checksums is not None and _hex(run.op_checksums[n]) != e["trace"]:
+    if why is None and "path" in e and (n >= len(run.paths) or run.paths[n] != e["path"]):
+      why = (f"predicted by the {run.paths[n] if n < len(run.paths) else 'unknown'} pass, "
+             f"expected the {e['path']} pass (gate)")
+    if why is None and "trace" in e and run.op_checksums is not None and \
+        _hex(run.op_checksums[n]) != e["trace"]:
       k = next((i for i, (a, b) in enumerate(zip(_hex(run.op_checksums[n]), e["trace"]))
                 if a != b), None)
       why = f"op {k} ({expected['ops'][k] if k is not None else '?'}) output differs"
-    if why is None and run.forge_checksums is not None and \
+    if why is None and "forge" in e and run.forge_checksums is not None and \
         _hex(run.forge_checksums[n]) != e["forge"]:
       k = next(i for i, (a, b) in enumerate(zip(_hex(run.forge_checksums[n]), e["forge"]))
                if a != b)
       why = f"FORGE op {expected['forge_ops'][k]} output differs"
-    if why is None and run.state_checksums is not None and \
+    if why is None and "state" in e and run.state_checksums is not None and \
         _hex(run.state_checksums[n]) != e["state"]:
       k = next(i for i, (a, b) in enumerate(zip(_hex(run.state_checksums[n]), e["state"]))
                if a != b)

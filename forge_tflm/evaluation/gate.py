@@ -122,10 +122,9 @@ class GateConfig:
 def device_defines(config: GateConfig) -> dict[str, str]:
   """The gate's settings as the C literals a firmware build takes (forge_gate.h's
   ForgeGateConfig at batch 1; esp32s3_app/main reads them from the generated header),
-  so the device runs exactly the rule evaluated. No period: DEVICE_PERIOD."""
+  so the device runs exactly the rule evaluated (no period: decide once, 0)."""
   return {"FORGE_APP_GATE_PROBE_IMAGES": str(config.batches(1)),
-          "FORGE_APP_GATE_PERIOD": str(config.period if config.period is not None
-                                       else DEVICE_PERIOD),
+          "FORGE_APP_GATE_PERIOD": str(config.period or 0),
           "FORGE_APP_GATE_DELTA": repr(float(config.margin)),
           "FORGE_APP_GATE_MAX_AUTOCORRELATION": repr(float(
               config.max_autocorrelation if config.max_autocorrelation is not None

@@ -309,13 +309,28 @@ def test_export_firmware_embedded_build_verifies_bit_exact(tmp_path, artifacts, 
   log.write_text(r.stdout)
   assert cli(["forge_tflm", "verify-device", str(log), f"--expected={gen}"]) == 0
   # The gate's settings travel in the header; the firmware's --gate runs them.
-  from forge_tflm.evaluation.gate import GateConfig, device_defines
-  for name, value in device_defines(GateConfig()).items():
+  from forge_tflm.deploy.export import device_gate, export_firmware
+  from forge_tflm.evaluation.gate import DEVICE_PERIOD, GateConfig, device_defines
+  assert device_gate().period == DEVICE_PERIOD
+  for name, value in device_defines(device_gate()).items():
     assert f"#define {name} {value}\n" in header
-  r = subprocess.run([binary, "--trace=none", "--gate"], capture_output=True, text=True)
+  # Exported for the gate (a short probe and period, so that 6 images hold decisions):
+  # the embedded build's --gate verifies against it, and the adapting log does not.
+  gen_gate = tmp_path / "gen_gate"
+  export_firmware(artifacts["forge_3"], str(gen_gate), data_dir=DATA_DIR, images=n,
+                  mode="gated", gate=GateConfig(warmup_batches=2, period=3))
+  header = (gen_gate / "forge_app_data.h").read_text()
+  assert "#define FORGE_APP_GATE_PROBE_IMAGES 2\n" in header
+  assert "#define FORGE_APP_GATE_PERIOD 3\n" in header
+  binary = _make("reference", ["embedded", f"GEN_DIR={gen_gate}"], "forge_app_embedded")
+  r = subprocess.run([binary, "--trace=forge", "--gate"], capture_output=True, text=True)
   gated = deploy.parse_app_output(r.stdout)
   assert r.returncode == 0 and gated.ok and gated.header["mode"] == "gated"
-  assert gated.paths == ["source"] * n  # Still inside the first 256-image probe.
+  assert len(gated.gate_decisions) == 2 and len(gated.paths) == n
+  (tmp_path / "gated.log").write_text(r.stdout)
+  assert cli(["forge_tflm", "verify-device", str(tmp_path / "gated.log"),
+              f"--expected={gen_gate}"]) == 0
+  assert cli(["forge_tflm", "verify-device", str(log), f"--expected={gen_gate}"]) == 1
   # The embedded binary and the file-fed one print the same for the same images.
   r2 = subprocess.run([binaries["reference"], artifacts["forge_3"], str(gen / "images.bin"),
                        "--trace=all"], capture_output=True, text=True)
