@@ -23,7 +23,10 @@ score above: normalizing a window of one class removes that class's signal and
 spreads the predictions, which looks like undoing a collapse. So the gate also
 measures, over the probe, the lag-1 autocorrelation of the source's softmax vectors
 (SerialStats: 0 for i.i.d. labels, near 1 when neighbours share a class) and does not
-adapt while it exceeds `max_autocorrelation`. It costs K + 4 floats on a device.
+adapt while it exceeds `max_autocorrelation`. It costs K + 4 floats on a device. It
+only sees correlation that changes inside the probe: a probe within one long run of a
+class (longer than the probe) looks like a collapsed source and passes
+(benchmarks/results/field_protocols.md: sorted by class, 1,000 images per class).
 
 Scores, over all of the probe's images (so they mean the same at any batch size):
   diversity_gain   H(mean p_adapting) - H(mean p_source), in nats: does adapting
