@@ -27,7 +27,8 @@ import os
 import numpy as np
 
 from forge_tflm.deploy.arena import arena_bytes as estimate_arena_bytes
-from forge_tflm.deploy.expected import expected_gated, expected_outputs
+from forge_tflm import tflite_graph as tg
+from forge_tflm.deploy.expected import expected_gated, expected_outputs, model_ops
 from forge_tflm.evaluation.gate import device_defines
 from forge_tflm.deploy.streams import (corrupted_stream, model_input, write_c_arrays,
                                        write_image_stream)
@@ -74,8 +75,8 @@ def export_firmware(artifact_path: str, out_dir: str = DEFAULT_OUT, *, data_dir=
   x = model_input(artifact, stream.images)
   if mode == "gated":  # Two passes per probed image: no per-op checksums to compare.
     exp = expected_gated(artifact.model, x, gate)
-    exp_ops = expected_outputs(artifact.model, x[:0], trace="none")
-    op_names, forge_ops = exp_ops.op_names, exp_ops.forge_ops
+    op_names = model_ops(artifact.model)
+    forge_ops = [k for k, name in enumerate(op_names) if name == tg.FORGE_RECALIB]
   else:
     exp = expected_outputs(artifact.model, x, mode=mode, trace="all")
     op_names, forge_ops = exp.op_names, exp.forge_ops
