@@ -1,4 +1,5 @@
-"""Blur corruptions: defocus_blur, glass_blur, motion_blur, zoom_blur."""
+"""Blur corruptions: defocus_blur, glass_blur, motion_blur, zoom_blur, gaussian_blur
+(held out)."""
 
 from __future__ import annotations
 
@@ -102,3 +103,8 @@ def zoom_blur(images: np.ndarray, max_factor: float, rngs) -> np.ndarray:
   operator = filters.zoom_operator(h, w, factors, include_identity=True)
   return unit_to_uint8(filters.apply_pixel_operator(to_unit(images, np.float32),
                                                     operator))
+
+
+def gaussian_blur(images: np.ndarray, sigma: float, rngs) -> np.ndarray:
+  del rngs  # Deterministic.
+  return unit_to_uint8(filters.gaussian(to_unit(images), sigma))

@@ -7,7 +7,7 @@ import numpy as np
 
 from forge_tflm.corruptions import blur, digital, noise, weather
 from forge_tflm.corruptions.common import image_rngs
-from forge_tflm.corruptions.params import (CORRUPTIONS, PARAMETER_SETS,
+from forge_tflm.corruptions.params import (ALL_CORRUPTIONS, PARAMETER_SETS,
                                            severity_params)
 
 _FUNCTIONS = {
@@ -26,12 +26,17 @@ _FUNCTIONS = {
     "elastic_transform": digital.elastic_transform,
     "pixelate": digital.pixelate,
     "jpeg_compression": digital.jpeg_compression,
+    "speckle_noise": noise.speckle_noise,
+    "gaussian_blur": blur.gaussian_blur,
+    "spatter": weather.spatter,
+    "saturate": digital.saturate,
 }
-assert tuple(_FUNCTIONS) == CORRUPTIONS
+assert tuple(_FUNCTIONS) == ALL_CORRUPTIONS
 
 # Corruptions whose output does not depend on the seed.
 DETERMINISTIC = frozenset({"defocus_blur", "zoom_blur", "brightness", "contrast",
-                           "pixelate", "jpeg_compression"})
+                           "pixelate", "jpeg_compression", "gaussian_blur",
+                           "saturate"})
 
 # Images per call of a corruption function: bounds float64 temporaries
 # (~25 MB at 32x32) and keeps them cache-friendly.
@@ -66,7 +71,7 @@ def corrupt(images: np.ndarray, corruption: str, severity: int, seed: int = 0,
 
   Args:
     images: uint8 [N,H,W,3].
-    corruption: one of CORRUPTIONS.
+    corruption: one of ALL_CORRUPTIONS (the 15 of CORRUPTIONS or the held-out ones).
     severity: 1..5.
     seed: non-negative seed. Image i draws from its own generator keyed by
       (seed, params, corruption, severity, first_index + i), so results do not

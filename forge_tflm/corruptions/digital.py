@@ -1,5 +1,5 @@
 """Digital corruptions: brightness, contrast, elastic_transform, pixelate,
-jpeg_compression."""
+jpeg_compression, saturate (held out)."""
 
 from __future__ import annotations
 
@@ -100,3 +100,38 @@ def jpeg_compression(images: np.ndarray, quality: int, rngs) -> np.ndarray:
     with Image.open(buffer) as img:
       out[i] = np.asarray(img.convert("RGB"))
   return out
+
+
+def rgb_to_hsv(x: np.ndarray) -> np.ndarray:
+  """skimage.color.rgb2hsv on [..., 3] floats in [0, 1] (gray pixels get hue 0)."""
+  value = x.max(-1)
+  delta = value - x.min(-1)
+  safe = np.where(delta > 0, delta, 1.0)
+  r, g, b = x[..., 0], x[..., 1], x[..., 2]
+  # skimage assigns red, then green, then blue where each is the max: blue wins ties.
+  hue = np.where(b == value, 4.0 + (r - g) / safe,
+                 np.where(g == value, 2.0 + (b - r) / safe, (g - b) / safe))
+  hue = np.where(delta > 0, (hue / 6.0) % 1.0, 0.0)
+  saturation = np.divide(delta, value, out=np.zeros_like(value), where=value > 0)
+  return np.stack([hue, saturation, value], -1)
+
+
+def hsv_to_rgb(hsv: np.ndarray) -> np.ndarray:
+  """skimage.color.hsv2rgb."""
+  h, s, v = hsv[..., 0], hsv[..., 1], hsv[..., 2]
+  sector = np.floor(h * 6.0)
+  f = h * 6.0 - sector
+  p, q, t = v * (1 - s), v * (1 - f * s), v * (1 - (1 - f) * s)
+  choices = np.stack([np.stack(c, -1) for c in ((v, t, p), (q, v, p), (p, v, t),
+                                                 (p, q, v), (t, p, v), (v, p, q))])
+  index = (sector.astype(np.int64) % 6)[None, ..., None]
+  return np.take_along_axis(choices, index, 0)[0]
+
+
+def saturate(images: np.ndarray, c, rngs) -> np.ndarray:
+  """Scales and offsets the HSV saturation (clipped to [0, 1])."""
+  del rngs  # Deterministic.
+  factor, offset = c
+  hsv = rgb_to_hsv(to_unit(images))
+  hsv[..., 1] = np.clip(hsv[..., 1] * factor + offset, 0.0, 1.0)
+  return unit_to_uint8(hsv_to_rgb(hsv))

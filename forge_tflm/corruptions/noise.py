@@ -1,4 +1,4 @@
-"""Noise corruptions: gaussian_noise, shot_noise, impulse_noise.
+"""Noise corruptions: gaussian_noise, shot_noise, impulse_noise, speckle_noise (held out).
 
 Each takes uint8 images [N,H,W,3], the severity's table entry and one
 generator per image, and returns uint8 images of the same shape.
@@ -33,3 +33,10 @@ def impulse_noise(images: np.ndarray, amount: float, rngs) -> np.ndarray:
   x[flipped & salted] = 1.0
   x[flipped & ~salted] = 0.0
   return unit_to_uint8(x)
+
+
+def speckle_noise(images: np.ndarray, std: float, rngs) -> np.ndarray:
+  """Multiplicative Gaussian noise: x + x * N(0, std)."""
+  x = to_unit(images)
+  noise = np.stack([rng.normal(scale=std, size=images.shape[1:]) for rng in rngs])
+  return unit_to_uint8(x + x * noise)

@@ -16,6 +16,11 @@ CORRUPTIONS = (
     "brightness", "contrast", "elastic_transform", "pixelate", "jpeg_compression",
 )
 
+# The generator's four extra corruptions, never used for evaluation: design-time
+# choices (layer selection) are made on these so that they never see the 15 above.
+HELD_OUT_CORRUPTIONS = ("speckle_noise", "gaussian_blur", "spatter", "saturate")
+ALL_CORRUPTIONS = CORRUPTIONS + HELD_OUT_CORRUPTIONS
+
 # Tiny-ImageNet elastic parameters are written as fractions of IMSIZE.
 _T = 64
 
@@ -57,6 +62,18 @@ PARAMETER_SETS = {
                               (32 * 0.1, 32 * 0.03, 32 * 0.03)),
         "pixelate": (0.95, 0.9, 0.85, 0.75, 0.65),  # downscale factor
         "jpeg_compression": (80, 65, 58, 50, 40),  # JPEG quality
+        # Held out (make_cifar_c.py's extra corruptions).
+        "speckle_noise": (0.06, 0.1, 0.12, 0.16, 0.2),  # multiplicative noise std
+        "gaussian_blur": (0.4, 0.6, 0.7, 0.8, 1.0),  # sigma in pixels
+        # (liquid mean, liquid std, liquid blur sigma, threshold, mud blur sigma or
+        # water strength, 0 = water / 1 = mud)
+        "spatter": ((0.62, 0.1, 0.7, 0.7, 0.5, 0),
+                    (0.65, 0.1, 0.8, 0.7, 0.5, 0),
+                    (0.65, 0.3, 1, 0.69, 0.5, 0),
+                    (0.65, 0.1, 0.7, 0.69, 0.6, 1),
+                    (0.65, 0.1, 0.5, 0.68, 0.6, 1)),
+        # (saturation factor, saturation offset)
+        "saturate": ((0.3, 0), (0.1, 0), (2, 0), (5, 0.1), (20, 0.1)),
     },
     "tinyimagenet": {
         "image_size": 64,
@@ -97,8 +114,11 @@ def severity_params(param_set: str, corruption: str, severity: int):
   if param_set not in PARAMETER_SETS:
     raise ValueError(f"unknown parameter set {param_set!r};"
                      f" known: {sorted(PARAMETER_SETS)}")
-  if corruption not in CORRUPTIONS:
-    raise ValueError(f"unknown corruption {corruption!r}; known: {CORRUPTIONS}")
+  if corruption not in ALL_CORRUPTIONS:
+    raise ValueError(f"unknown corruption {corruption!r}; known: {ALL_CORRUPTIONS}")
+  if corruption not in PARAMETER_SETS[param_set]:
+    raise ValueError(f"{corruption} has no {param_set!r} parameters (the held-out"
+                     f" corruptions are defined for 'cifar' only)")
   if severity not in SEVERITIES:
     raise ValueError(f"severity must be one of {SEVERITIES}, got {severity!r}")
   return PARAMETER_SETS[param_set][corruption][severity - 1]

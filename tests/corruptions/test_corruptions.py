@@ -10,7 +10,8 @@ import pytest
 import scipy.ndimage
 
 from forge_tflm import corruptions
-from forge_tflm.corruptions import (CORRUPTIONS, DETERMINISTIC, corrupt, corrupt_cached,
+from forge_tflm.corruptions import (ALL_CORRUPTIONS, CORRUPTIONS, DETERMINISTIC,
+                                    HELD_OUT_CORRUPTIONS, corrupt, corrupt_cached,
                                     resolve_param_set)
 from forge_tflm.corruptions import blur, cache, digital, filters, weather
 from forge_tflm.corruptions.common import image_rngs
@@ -86,6 +87,72 @@ def test_image_result_does_not_depend_on_batching(name):
   np.testing.assert_array_equal(whole[2:5], part)
 
 
+@pytest.mark.parametrize("severity", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("name", HELD_OUT_CORRUPTIONS)
+def test_held_out_shape_determinism_and_batching(name, severity):
+  assert ALL_CORRUPTIONS == CORRUPTIONS + HELD_OUT_CORRUPTIONS
+  images = _images(6, 32)
+  out = corrupt(images, name, severity, seed=7)
+  assert out.shape == images.shape and out.dtype == np.uint8
+  np.testing.assert_array_equal(out, corrupt(images, name, severity, seed=7))
+  np.testing.assert_array_equal(out[2:5], corrupt(images[2:5], name, severity, seed=7,
+                                                  first_index=2))
+  other_seed = corrupt(images, name, severity, seed=8)
+  assert np.array_equal(out, other_seed) == (name in DETERMINISTIC)
+  if severity == 5:
+    assert np.abs(out.astype(int) - images).mean() > 0.5
+
+
+def test_speckle_noise_is_multiplicative():
+  images = _images(2, 32)
+  images[0, :4] = 0
+  out = corrupt(images, "speckle_noise", 5, seed=1)
+  np.testing.assert_array_equal(out[0, :4], 0)  # black stays black
+  x = images[1].astype(float) / 255
+  ratio = (out[1].astype(float) / 255 - x)[x > 0.2] / x[x > 0.2]
+  assert abs(ratio.std() - 0.2) < 0.03  # severity 5: std 0.2 of the pixel value
+
+
+def test_gaussian_blur_is_scipy_gaussian_per_channel():
+  images = _images(2, 32)
+  out = corrupt(images, "gaussian_blur", 5)
+  for image, result in zip(images, out):
+    for ch in range(3):
+      expected = scipy.ndimage.gaussian_filter(image[..., ch] / 255., 1.0, mode="nearest")
+      np.testing.assert_array_equal(result[..., ch], (np.clip(expected, 0, 1) * 255).astype(np.uint8))
+
+
+@pytest.mark.parametrize("severity", [1, 3, 5])
+def test_saturate_matches_colorsys_round_trip(severity):
+  images = _images(2, 8)
+  images[0, 0, 0] = 0
+  images[0, 0, 1] = (128, 128, 128)  # gray: hue 0, saturation 0 -> tinted red by +0.1
+  images[0, 0, 2] = (200, 200, 10)  # red and green tie for the max
+  factor, offset = corruptions.PARAMETER_SETS["cifar"]["saturate"][severity - 1]
+  out = corrupt(images, "saturate", severity, params="cifar")
+  for image, result in zip(images, out):
+    for pixel, got in zip(image.reshape(-1, 3), result.reshape(-1, 3)):
+      hue, sat, val = colorsys.rgb_to_hsv(*(pixel / 255.))
+      expected = colorsys.hsv_to_rgb(hue, min(max(sat * factor + offset, 0), 1), val)
+      assert np.abs(got.astype(int) - (np.clip(expected, 0, 1) * 255).astype(int)).max() <= 1
+
+
+@pytest.mark.parametrize("severity", [1, 2, 3, 4, 5])
+def test_spatter_only_adds_water_or_mud(severity):
+  images = _images(8, 32)
+  out = corrupt(images, "spatter", severity, seed=2).astype(int)
+  changed = (out != images).any(-1)
+  assert changed.any()
+  if severity <= 3:  # water: x + m * turquoise, never darker
+    assert (out >= images.astype(int) - 1).all()
+  else:  # mud: a blend towards (63, 42, 20) where the layer is dense
+    x = images.astype(float)[changed]
+    away = x - [63, 42, 20]
+    t = ((x - out[changed]) * away).sum(-1) / np.maximum((away ** 2).sum(-1), 1e-9)
+    assert t.min() > -0.02 and t.max() < 1.02
+    assert np.abs(x - t[:, None] * away - out[changed]).max() <= 1.5
+
+
 def test_parameter_set_follows_image_size():
   assert resolve_param_set(_images(1, 32), None) == "cifar"
   assert resolve_param_set(_images(1, 64), None) == "tinyimagenet"
@@ -102,7 +169,9 @@ def test_bad_arguments():
   with pytest.raises(ValueError, match="severity"):
     corrupt(images, "fog", 6)
   with pytest.raises(ValueError, match="unknown corruption"):
-    corrupt(images, "speckle_noise", 1)
+    corrupt(images, "rain", 1)
+  with pytest.raises(ValueError, match="speckle_noise has no 'tinyimagenet' parameters"):
+    corrupt(_images(1, 64), "speckle_noise", 1)
   with pytest.raises(ValueError, match="unknown parameter set"):
     corrupt(images, "fog", 1, params="imagenet")
   with pytest.raises(ValueError, match="uint8"):
