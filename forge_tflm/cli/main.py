@@ -23,6 +23,9 @@ SUBCOMMANDS = {
                 " manifest"),
     "eval": ("forge_tflm.cli.eval_cmd",
              "stream corrupted images through the artifact and baselines; JSON/CSV/MD/PNG"),
+    "select": ("forge_tflm.cli.select_cmd",
+               "rank FORGE sites on held-out corruptions; write a sites file for"
+               " convert --sites=@FILE"),
     "train": ("forge_tflm.cli.train_cmd", "train a bundled Keras model on CIFAR/Tiny-ImageNet"),
     "export-firmware": ("forge_tflm.cli.export_firmware_cmd",
                         "model, images, arena size and expected outputs for a firmware"

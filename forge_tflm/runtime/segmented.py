@@ -159,6 +159,11 @@ class SegmentedModel:
     # What runs at FORGE nodes: fn(node, x, mode) -> y; None = the C core. Baselines
     # (scale-adapt) swap in their own host step here.
     self.forge_kernel: Callable | None = None
+    # Sites that adapt in "adapt" mode (None: all); the others run in "source" mode,
+    # i.e. as converted. Layer selection measures candidate subsets this way without
+    # converting each one (a subset artifact differs only by the int8 rounding of
+    # the ops it leaves out).
+    self.adapting: frozenset[str] | None = None
     self._host_kernels = dict(host_kernels or {})
     self._site_names = dict(site_names or {})
     self.source = source
@@ -276,6 +281,18 @@ class SegmentedModel:
 
   # -- state control ------------------------------------------------------------
 
+  def adapt_only(self, names) -> None:
+    """Lets only the sites `names` adapt (None: every site); see `adapting`."""
+    if names is None:
+      self.adapting = None
+      return
+    names = frozenset(names)
+    unknown = sorted(names - {n.name for n in self.nodes})
+    if unknown:
+      raise ValueError(f"unknown site(s) {', '.join(unknown)}; the model's sites are:"
+                       f" {', '.join(n.name for n in self.nodes)}")
+    self.adapting = names
+
   def reset(self) -> None:
     """Restores every FORGE node to its clean targets (start of a stream)."""
     for node in self.nodes:
@@ -377,6 +394,8 @@ class SegmentedModel:
   def _run_forge(self, k: int, node: ForgeNode, values: dict, written: dict,
                  mode: str) -> None:
     x = values[node.input]
+    if mode == ADAPT and self.adapting is not None and node.name not in self.adapting:
+      mode = SOURCE
     if self.forge_kernel is not None:
       values[node.output] = self.forge_kernel(node, x, mode)
       return

@@ -154,3 +154,29 @@ def test_set_state_refuses_what_would_corrupt_the_stream(models):
   # Nothing was half-applied.
   np.testing.assert_array_equal(seg.get_state()[0], good[0] * np.float32(1.5))
   np.testing.assert_array_equal(seg.get_state()[1], good[1] * np.float32(1.5))
+
+
+def test_adapt_only_keeps_the_other_sites_as_converted(models):
+  _, forge = models
+  seg = SegmentedModel(forge, "reference")
+  names = [n.name for n in seg.nodes]
+  x = seg.quantize_input(InputContract().to_float(tiny_models.random_images(8, seed=5)))
+  initial = seg.get_state()
+  seg.adapt_only(names[1:2])
+  out = seg.run(x, mode="adapt")
+  changed = [not np.array_equal(a, b) for a, b in zip(initial, seg.get_state())]
+  assert changed == [i == 1 for i in range(len(names))]
+  # Equal to adapting that site while every other one runs in source mode.
+  ref = SegmentedModel(forge, "reference")
+  ref.forge_kernel = lambda node, xb, mode: node.op(
+      xb, mode=mode if node.name == names[1] else "source")
+  np.testing.assert_array_equal(out, ref.run(x, mode="adapt"))
+  seg.reset()
+  seg.adapt_only([])
+  np.testing.assert_array_equal(seg.run(x, mode="adapt"), seg.run(x, mode="source"))
+  seg.adapt_only(None)
+  seg.reset()
+  np.testing.assert_array_equal(seg.run(x, mode="adapt"),
+                                SegmentedModel(forge, "reference").run(x, mode="adapt"))
+  with pytest.raises(ValueError, match="unknown site"):
+    seg.adapt_only(["nope"])
