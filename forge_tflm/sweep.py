@@ -40,8 +40,9 @@ class Executor:
   name = ""
 
   def map(self, fn: Callable, units: Sequence,
-          on_result: Callable[[int], None] | None = None) -> list:
-    """fn(unit) for every unit; on_result(i) is called as unit i finishes."""
+          on_result: Callable[[int, object], None] | None = None) -> list:
+    """fn(unit) for every unit; on_result(i, result) is called (in this process) as
+    unit i finishes, in completion order."""
     raise NotImplementedError
 
 
@@ -54,7 +55,7 @@ class InlineExecutor(Executor):
     for i, unit in enumerate(units):
       out.append(fn(unit))
       if on_result:
-        on_result(i)
+        on_result(i, out[-1])
     return out
 
 
@@ -101,7 +102,7 @@ class ProcessExecutor(Executor):
           i = futures[future]
           out[i] = future.result()
           if on_result:
-            on_result(i)
+            on_result(i, out[i])
       except BaseException:
         for f in futures:
           f.cancel()
@@ -150,7 +151,7 @@ class RayExecutor(Executor):
         for ref in done:
           out[index[ref]] = ray.get(ref)
           if on_result:
-            on_result(index[ref])
+            on_result(index[ref], out[index[ref]])
       return out
     finally:
       if started:
@@ -180,7 +181,7 @@ def run_units(executor: Executor, fn: Callable, units: Sequence, what: str = "un
   t0 = time.perf_counter()
   with tqdm(total=len(units), desc=what, unit="unit", disable=not progress,
             leave=False) as bar:
-    out = executor.map(fn, units, on_result=lambda i: bar.update(1))
+    out = executor.map(fn, units, on_result=lambda i, r: bar.update(1))
   logging.info("%d %s in %.1f s (%s executor, %d worker(s))", len(units), what,
                time.perf_counter() - t0, executor.name, getattr(executor, "workers", 1))
   return out

@@ -20,13 +20,14 @@ def fail_on_three(unit):
 def test_inline_and_processes_agree_and_keep_order():
   units = list(range(7))
   seen = []
-  inline = sweep.make_executor("inline").map(square_with_pid, units, seen.append)
+  inline = sweep.make_executor("inline").map(square_with_pid, units,
+                                             lambda i, r: seen.append(i))
   assert seen == units and [r[0] for r in inline] == [u * u for u in units]
   done = []
-  procs = sweep.make_executor("processes", workers=2).map(square_with_pid, units,
-                                                         done.append)
+  procs = sweep.make_executor("processes", workers=2).map(
+      square_with_pid, units, lambda i, r: done.append((i, r[0])))
   assert [r[0] for r in procs] == [r[0] for r in inline]
-  assert sorted(done) == units
+  assert sorted(done) == [(u, u * u) for u in units]
   assert os.getpid() not in {r[1] for r in procs}  # ran in workers
 
 

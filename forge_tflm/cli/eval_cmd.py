@@ -20,6 +20,7 @@ from forge_tflm.evaluation import field_streams
 from forge_tflm.evaluation.gate import SIGNALS, GateConfig
 from forge_tflm.evaluation.protocol import ALL_METHODS
 from forge_tflm.cli.recalib_flags import define_recalib_flags, recalib_flag_values
+from forge_tflm.cli.sweep_flags import define_sweep_flags, executor_from_flags
 
 
 def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
@@ -112,6 +113,8 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
                     " flags, data). With nothing to resume it starts afresh, so one"
                     " command line serves both. Without --resume an unfinished run in"
                     " --output_dir is refused rather than overwritten.", flag_values=fv)
+  # Inline by default: per-image progress, and small runs do not pay for spawning.
+  define_sweep_flags(fv, "stream", default="inline")
   return fv
 
 
@@ -321,7 +324,7 @@ def run(fv: flags.FlagValues, command: str) -> int:
                        keras_path=fv.keras_model, output_dir=fv.output_dir,
                        command=command, data_description=description,
                        clean_images=None if clean is None else clean.images,
-                       resume=fv.resume)
+                       resume=fv.resume, executor=executor_from_flags(fv))
   from forge_tflm.evaluation.report import to_markdown
   print(to_markdown(doc["results"], doc["gate"], doc.get("gate_periodic")))
   return 0

@@ -26,6 +26,8 @@ SUBCOMMANDS = {
     "select": ("forge_tflm.cli.select_cmd",
                "rank FORGE sites on held-out corruptions; write a sites file for"
                " convert --sites=@FILE"),
+    "experiment": ("forge_tflm.cli.experiment_cmd",
+                   "run one of the paper's experiments; results/NAME/ (JSON, MD, PNG)"),
     "train": ("forge_tflm.cli.train_cmd", "train a bundled Keras model on CIFAR/Tiny-ImageNet"),
     "export-firmware": ("forge_tflm.cli.export_firmware_cmd",
                         "model, images, arena size and expected outputs for a firmware"

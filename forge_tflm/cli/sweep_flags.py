@@ -7,9 +7,10 @@ from absl import flags
 from forge_tflm.sweep import EXECUTORS, Executor, make_executor
 
 
-def define_sweep_flags(fv: flags.FlagValues) -> None:
-  flags.DEFINE_enum("executor", "processes", list(EXECUTORS),
-                    "Where the sweep's units run: inline (this process), processes (local"
+def define_sweep_flags(fv: flags.FlagValues, unit: str = "unit",
+                       default: str = "processes") -> None:
+  flags.DEFINE_enum("executor", default, list(EXECUTORS),
+                    f"Where the {unit}s run: inline (this process), processes (local"
                     " workers) or ray (a local Ray instance, or --ray_address). Results"
                     " are identical whichever runs them.", flag_values=fv)
   flags.DEFINE_integer("workers", 0, "Worker processes / Ray CPUs (0: all cores).",

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import pickle
 import time
+
+import numpy as np
 
 from absl import logging
 
@@ -13,13 +16,14 @@ from forge_tflm.evaluation import resume as resume_store
 from forge_tflm.fileio import file_sha256
 from forge_tflm.evaluation.protocol import (FP32_NAMES, INT8_NAMES, EvalConfig,
                                             build_methods, evaluate_stream,
-                                            images_to_run, merge_records, reset_methods)
+                                            Stream, images_to_run, merge_records,
+                                            reset_methods)
 
 
 def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | None,
                    keras_path: str | None, output_dir: str | None, command: str,
                    data_description: str, show_progress: bool = True,
-                   clean_images=None, resume: bool = False) -> dict:
+                   clean_images=None, resume: bool = False, executor=None) -> dict:
   """Evaluates, writes results.{json,csv,md,png} to output_dir; returns the JSON doc.
 
   clean_images (uint8, uncorrupted, unlabeled) give the confidence_drop gate its
@@ -31,6 +35,10 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
   finished and evaluates only the others (a different configuration is refused).
   Without `resume`, an unfinished earlier run in output_dir is refused, not
   overwritten. The JSON doc's "resume" says which streams came from earlier runs.
+
+  executor (forge_tflm.sweep; default inline): where the streams run, one unit per
+  stream. Results do not depend on it: each stream resets every method, and its
+  orders are drawn here.
   """
   artifact = check_inputs(config, artifact_path, keras_path, output_dir)
   if resume and not output_dir:
@@ -77,17 +85,31 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
                     mininterval=0.5 if sys.stderr.isatty() else 10.0)
   t0 = time.time()
   records = dict(done)
+
+  def finished(record):
+    if store is not None:
+      store.save(record)
+    records[record["stream"]] = record
+
   try:
-    if todo:
+    if todo and (executor is None or executor.name == "inline" or len(todo) == 1):
       methods = build_methods(config, artifact, float_model, contract)
       try:
         for stream in todo:
-          record = evaluate_stream(config, methods, stream, contract, progress)
-          if store is not None:
-            store.save(record)
-          records[stream.name] = record
+          finished(evaluate_stream(config, methods, stream, contract, progress))
       finally:
         reset_methods(methods)
+    elif todo:
+      units = [StreamUnit(config, artifact_path, keras_path if needs_float else None,
+                          _with_fixed_orders(s, config)) for s in todo]
+      per_image = images_to_run(config, todo[:1]) / len(todo[0].labels)
+
+      def on_result(i, record):
+        finished(record)
+        if progress is not None:
+          progress.update(round(per_image * len(todo[i].labels)))
+
+      executor.map(evaluate_unit, units, on_result)
   finally:
     if progress is not None:
       progress.close()
@@ -130,6 +152,57 @@ def check_inputs(config: EvalConfig, artifact_path: str | None, keras_path: str 
     checks.check_input_file(keras_path, "float model")
   checks.check_outputs(output_dir)
   return artifact
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedOrders:
+  """A stream's presentation orders, drawn in the parent (a picklable order_fn)."""
+  orders: tuple
+
+  def __call__(self, k: int, seed: int) -> np.ndarray:
+    del seed  # Drawn with it already.
+    return self.orders[k]
+
+
+def _with_fixed_orders(stream: Stream, config: EvalConfig) -> Stream:
+  orders = tuple(stream.order(k, config.ordering_seed) for k in range(config.orderings))
+  return dataclasses.replace(stream, order_fn=FixedOrders(orders))
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamUnit:
+  """One stream for a worker: everything evaluate_stream needs, by value."""
+  config: EvalConfig
+  artifact_path: str | None
+  keras_path: str | None
+  stream: Stream
+
+
+# Per worker process: the methods of the last (config, artifact, float model) seen,
+# built once and reused for every stream that worker gets.
+_WORKER_METHODS: dict = {}
+
+
+def evaluate_unit(unit: StreamUnit) -> dict:
+  """The sweep function of an evaluation: one stream's record."""
+  key = pickle.dumps((unit.config, unit.artifact_path, unit.keras_path))
+  if key not in _WORKER_METHODS:
+    _WORKER_METHODS.clear()
+    artifact = checks.load_artifact(unit.artifact_path) if unit.artifact_path else None
+    float_model = None
+    if unit.keras_path:
+      from forge_tflm.quiet import hide_framework_logs, import_quietly  # pylint: disable=import-outside-toplevel
+      hide_framework_logs(True)
+      import_quietly("tensorflow", "keras")
+      float_model = _load_keras(unit.keras_path)
+    contract = artifact.input_contract if artifact else InputContract()
+    _WORKER_METHODS[key] = (build_methods(unit.config, artifact, float_model, contract),
+                            contract)
+  methods, contract = _WORKER_METHODS[key]
+  try:
+    return evaluate_stream(unit.config, methods, unit.stream, contract)
+  finally:
+    reset_methods(methods)
 
 
 def _load_keras(path: str):

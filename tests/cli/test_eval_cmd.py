@@ -1,6 +1,7 @@
 """`forge_tflm eval` end to end: generated corruptions of an image folder, all reports."""
 
 import json
+import os
 
 import pytest
 
@@ -161,3 +162,25 @@ def test_eval_gate_decisions_are_printed_and_saved(setup, capsys):
   images = doc["streams"]["contrast"]
   assert run["decisions"] == [-(-images // 4)]  # A 1-batch probe every batch.
   assert 0.0 <= run["adapted"][0] <= 1.0
+
+
+@pytest.mark.parametrize("executor", ["processes", "ray"])
+def test_eval_results_do_not_depend_on_the_executor(setup, capsys, executor):
+  if executor == "ray":
+    pytest.importorskip("ray")
+  d, src, data_dir = setup
+  docs = {}
+  for kind in ("inline", executor):
+    out = d / f"exec_{kind}"
+    code = cli.main(["forge_tflm", "eval", f"--artifact={d / 'tiny.tflite'}",
+                     f"--data_dir={data_dir}", "--methods=source,forge,forge-gated",
+                     "--corruptions=contrast,fog,snow", "--protocol=reset_each_shift",
+                     "--label_order=dirichlet", "--dirichlet_alpha=0.1",
+                     "--batch_size=4", "--orderings=2", "--gate_warmup=1",
+                     f"--executor={kind}", "--workers=2", f"--output_dir={out}"])
+    assert code == 0, capsys.readouterr().err
+    docs[kind] = json.loads((out / "results.json").read_text())
+  assert docs[executor]["results"] == docs["inline"]["results"]
+  assert docs[executor]["gate"] == docs["inline"]["gate"]
+  assert sorted(os.listdir(d / f"exec_{executor}" / "streams")) == sorted(
+      os.listdir(d / "exec_inline" / "streams"))
