@@ -14,6 +14,17 @@ one is worth defining in the SPEC and the C core. Candidates:
                of the model's softmax outputs, and each site normalizes with
                mu - sum_k w_k offset_k. The prediction of batch t steers batch t+1
                (deferred by one invocation); state unchanged, K floats per model in SRAM.
+  prior-var    prior, and the variance corrected the same way: the state's variance
+               holds the within-class spread of the classes w favours plus their
+               spread around sum_k w_k offset_k; the op uses var + B - sum_k w_k
+               (offset_k - sum_j w_j offset_j)^2 with B = mean_k offset_k^2 (the
+               between-class variance of balanced labels). Same constants.
+  balanced     class-balanced statistics (TRIBE's balanced BN, deferred): per site and
+               class a first and second moment of the channel (2 x K x C state),
+               initialised to the clean class means; the op normalizes with their
+               class average; once the prediction exists each image's moments (2 x C
+               pending per site) enter the classes by its softmax weights at rate
+               K n_k / W. The prediction of an image updates the state for the next.
 
 Streams: `forge_tflm eval`'s generated corruptions (severity 5), the same label orders
 as `--label_order`, batch 64, one ordering.
@@ -37,7 +48,7 @@ sys.path.insert(0, REPO_ROOT)
 
 from benchmarks._report import emit  # noqa: E402
 
-CANDIDATES = ("forge", "cut-last", "prior")
+CANDIDATES = ("forge", "cut-last", "prior", "prior-var", "balanced")
 
 
 class SimulatedSite:
@@ -52,19 +63,47 @@ class SimulatedSite:
     self.gamma = node.state.gamma_abs.astype(np.float64)
     self.mu, self.var = self.beta.copy(), self.gamma ** 2
     self.window = window
+    self.between = (offsets ** 2).mean(0) if offsets is not None else None
+    if candidate == "balanced":
+      k = offsets.shape[0]
+      self.m1 = self.beta + offsets
+      within = np.maximum(self.gamma ** 2 - self.between, 1e-3 * self.gamma ** 2)
+      self.m2 = within + self.m1 ** 2
+      self.pending = None
+
+  def commit(self, p: np.ndarray) -> None:
+    """balanced: the batch's softmax p [B, K] assigns the pending per-image moments."""
+    m1_img, m2_img = self.pending
+    k = p.shape[1]
+    n = p.sum(0)
+    for c in range(k):
+      if n[c] <= 1e-9:
+        continue
+      m = min(1.0, k * n[c] / self.window)
+      self.m1[c] = (1 - m) * self.m1[c] + m * (p[:, c] @ m1_img) / n[c]
+      self.m2[c] = (1 - m) * self.m2[c] + m * (p[:, c] @ m2_img) / n[c]
 
   def __call__(self, x: np.ndarray) -> np.ndarray:
     q, c = self.node.quant, x.shape[-1]
     xf = (x.reshape(-1, c).astype(np.float64) - q.z_x) * q.s_x
     mu, var = self.beta, self.gamma ** 2
-    if not self.frozen:
+    if self.candidate == "balanced":
+      per_image = xf.reshape(x.shape[0], -1, c)
+      self.pending = (per_image.mean(1), (per_image ** 2).mean(1))
+      mu = self.m1.mean(0)
+      var = np.maximum(self.m2.mean(0) - mu ** 2, 1e-6)
+    elif not self.frozen:
       m = min(1.0, x.shape[0] / self.window)
       mean_b, var_b = xf.mean(0), xf.var(0)
       self.mu = (1 - m) * self.mu + m * mean_b
       self.var = (1 - m) * self.var + m * (var_b + (mean_b - self.mu) ** 2)
       mu, var = self.mu, self.var
-      if self.candidate == "prior":
-        mu = mu - self.weights["w"] @ self.offsets
+      if self.candidate in ("prior", "prior-var"):
+        w = self.weights["w"]
+        favoured = w @ self.offsets
+        mu = mu - favoured
+        if self.candidate == "prior-var":
+          var = var + self.between - w @ (self.offsets - favoured) ** 2
     y = (xf - mu) / np.sqrt(var + self.node.options.eps) * self.gamma + self.beta
     lo, hi = -128, 127
     if self.node.options.activation in ("relu", "relu6"):
@@ -106,6 +145,7 @@ def main(argv=None) -> int:
   ap.add_argument("--batch_size", type=int, default=64)
   ap.add_argument("--window", type=int, default=640)
   ap.add_argument("--orders", default="shuffled,dirichlet:0.1,dirichlet:0.01,sorted")
+  ap.add_argument("--candidates", default=",".join(CANDIDATES))
   ap.add_argument("--output", default=None)
   args = ap.parse_args(argv)
   from forge_tflm.artifact import Artifact
@@ -148,6 +188,9 @@ def main(argv=None) -> int:
       p /= p.sum(1, keepdims=True)
       m = min(1.0, len(b) / args.window)
       weights["w"] = (1 - m) * weights["w"] + m * p.mean(0)
+      if candidate == "balanced":
+        for site in sites.values():
+          site.commit(p)
     model.forge_kernel = None
     return 100 * correct / len(idx)
 
@@ -161,7 +204,7 @@ def main(argv=None) -> int:
   for spec in args.orders.split(","):
     kind, _, alpha = spec.partition(":")
     order = LabelOrder(kind, float(alpha) if alpha else None, args.batch_size)
-    for cand in CANDIDATES:
+    for cand in args.candidates.split(","):
       acc = {c: run(cand, order, c, ci) for ci, c in enumerate(CORRUPTIONS)}
       hurt = sum(acc[c] < src[c] - 1 for c in CORRUPTIONS)
       worst = min(acc[c] - src[c] for c in CORRUPTIONS)

@@ -48,5 +48,7 @@ def run(fv: flags.FlagValues, command: str) -> int:
   out = run_experiment(fv.name, ctx)
   with open(os.path.join(out, "result.md")) as f:
     print(f.read(), end="")
-  print(f"wrote {out}/result.json, result.md, result.png")
+  written = [f for f in ("result.json", "result.md", "result.png")
+             if os.path.exists(os.path.join(out, f))]
+  print(f"wrote {out}/: {', '.join(written)}")
   return 0

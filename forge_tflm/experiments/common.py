@@ -17,9 +17,17 @@ from absl import logging
 
 from forge_tflm.sweep import Executor, InlineExecutor
 
-# name -> module with run(ctx) -> Outcome. Only experiments that exist are listed.
+# name -> "module" (its run(ctx) -> Outcome) or "module:function". Only experiments
+# that exist are listed.
 EXPERIMENTS = {
     "selective": "forge_tflm.experiments.selective",
+    "momentum": "forge_tflm.experiments.sweeps:run_momentum",
+    "batch-size": "forge_tflm.experiments.sweeps:run_batch_size",
+    "baselines": "forge_tflm.experiments.tables:run_baselines",
+    "per-corruption": "forge_tflm.experiments.tables:run_per_corruption",
+    "gate": "forge_tflm.experiments.tables:run_gate",
+    "lotv": "forge_tflm.experiments.lotv",
+    "activation": "forge_tflm.experiments.activation",
 }
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -113,7 +121,8 @@ def run_experiment(name: str, ctx: ExperimentContext) -> str:
   if name not in EXPERIMENTS:
     raise ValueError(f"unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}")
   t0 = time.time()
-  outcome = importlib.import_module(EXPERIMENTS[name]).run(ctx)
+  module, _, function = EXPERIMENTS[name].partition(":")
+  outcome = getattr(importlib.import_module(module), function or "run")(ctx)
   seconds = time.time() - t0
   out = ctx.output_dir(name)
   os.makedirs(out, exist_ok=True)
@@ -134,3 +143,85 @@ def run_experiment(name: str, ctx: ExperimentContext) -> str:
       json.dump(doc, f, indent=1)
       f.write("\n")
   return out
+
+
+def eval_clean(ctx: ExperimentContext, images: int | None = None, split: str = "test"):
+  """The clean evaluation split (ctx.images, or `images` when the experiment has its
+  own default, random subset; 0: all of it)."""
+  from forge_tflm.data import load_dataset  # pylint: disable=import-outside-toplevel
+
+  n = ctx.images or images or 0
+  return load_dataset("cifar10", split, ctx.data_dir).random_subset(n or None, 0)
+
+
+def corrupted_streams(ctx: ExperimentContext, images: int | None = None, severity: int = 5,
+                      include_clean: bool = False):
+  """(clean split, the 15 evaluation streams at `severity`) with cached corruptions."""
+  from forge_tflm.corruptions import CORRUPTIONS  # pylint: disable=import-outside-toplevel
+  from forge_tflm.evaluation.streams import generated_streams  # pylint: disable=import-outside-toplevel
+
+  clean = eval_clean(ctx, images)
+  return clean, list(generated_streams(clean, CORRUPTIONS, severity,
+                                       include_clean=include_clean))
+
+
+def evaluate(ctx: ExperimentContext, config, streams, artifact: str,
+             keras_model: str | None = None, clean_images=None) -> dict:
+  """forge_tflm eval's run on ctx's executor (no files): its JSON document."""
+  from forge_tflm.evaluation.run import run_evaluation  # pylint: disable=import-outside-toplevel
+
+  return run_evaluation(config, streams, artifact_path=artifact, keras_path=keras_model,
+                        output_dir=None, command=ctx.command, data_description="",
+                        show_progress=ctx.progress, clean_images=clean_images,
+                        executor=ctx.executor)
+
+
+def site_moments(model, x_int8, batch: int = 250) -> dict:
+  """Per site, per image and channel, the spatial mean and mean square of the conv
+  output the op sees (dequantized): {site: (mean [N, C], square [N, C])}, float64.
+  The model runs in source mode (as converted)."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+
+  found: dict = {}
+
+  def capture(node, x, mode):
+    q, c = node.quant, x.shape[-1]
+    xf = (x.reshape(x.shape[0], -1, c).astype(np.float64) - q.z_x) * q.s_x
+    m, s = found.setdefault(node.name, ([], []))
+    m.append(xf.mean(1))
+    s.append((xf * xf).mean(1))
+    return node.op(x, mode="source")
+
+  model.forge_kernel = capture
+  try:
+    for start in range(0, len(x_int8), batch):
+      model.run(x_int8[start:start + batch], mode="source")
+  finally:
+    model.forge_kernel = None
+  return {k: (np.concatenate(m), np.concatenate(s)) for k, (m, s) in found.items()}
+
+
+def cached_evaluate(ctx: ExperimentContext, config, streams, artifact: str,
+                    keras_model: str | None = None) -> dict:
+  """evaluate(), its document kept in ctx.artifact_dir under a key of everything that
+  determines it (artifact and float model bytes, config, streams' images and orders),
+  so experiments reporting different views of one evaluation run it once."""
+  from forge_tflm.evaluation import resume  # pylint: disable=import-outside-toplevel
+  from forge_tflm.evaluation.run import _config_json  # pylint: disable=import-outside-toplevel
+  from forge_tflm.fileio import atomic_path  # pylint: disable=import-outside-toplevel
+
+  key = hashlib.sha256(json.dumps(
+      [_sha256(artifact), _sha256(keras_model) if keras_model else None,
+       _config_json(config), [(s.name, resume.stream_digest(s), s.spec) for s in streams]],
+      sort_keys=True, default=str).encode()).hexdigest()[:16]
+  path = os.path.join(ctx.artifact_dir, f"eval-{key}.json")
+  if os.path.exists(path):
+    logging.info("evaluation loaded from %s", path)
+    with open(path) as f:
+      return json.load(f)
+  doc = evaluate(ctx, config, streams, artifact, keras_model)
+  os.makedirs(ctx.artifact_dir, exist_ok=True)
+  with atomic_path(path, ".json") as tmp:
+    with open(tmp, "w") as f:
+      json.dump(doc, f)
+  return doc

@@ -45,7 +45,7 @@ def test_command_line(fake, tmp_path, capsys):
   assert cli.main(["forge_tflm", "experiment", "fake", f"--output_root={tmp_path}",
                    "--executor=inline", "--images=3"]) == 0
   printed = capsys.readouterr().out
-  assert "# fake" in printed and "wrote" in printed
+  assert "# fake" in printed and "result.json, result.md, result.png" in printed
   assert cli.main(["forge_tflm", "experiment", "--output_root=x"]) == 1
   assert "name an experiment" in capsys.readouterr().err
   assert cli.main(["forge_tflm", "experiment", "nope"]) == 1
