@@ -28,6 +28,8 @@ SUBCOMMANDS = {
                " convert --sites=@FILE"),
     "experiment": ("forge_tflm.cli.experiment_cmd",
                    "run one of the paper's experiments; results/NAME/ (JSON, MD, PNG)"),
+    "report": ("forge_tflm.cli.report_cmd",
+               "gather the experiments' results into results/REPORT.md beside the paper's"),
     "train": ("forge_tflm.cli.train_cmd", "train a bundled Keras model on CIFAR/Tiny-ImageNet"),
     "export-firmware": ("forge_tflm.cli.export_firmware_cmd",
                         "model, images, arena size and expected outputs for a firmware"

@@ -60,7 +60,9 @@ def run(ctx: ExperimentContext) -> Outcome:
           "per_site_percent": {b: {s: 100 * float(np.mean(v)) for s, v in
                                    per_site[b].items()} for b in BATCH_SIZES},
           "images_per_stream": int(len(streams[0].labels)), "sites": sites,
-          "paper": PAPER}
+          "paper": PAPER,
+          "comparisons": [{"claim": f"variance omitted at batch {b} (%)", "paper": v,
+                           "here": share[b]} for b, v in PAPER.items()]}
   return Outcome(data, _markdown(data), lambda p: _figure(data, p), (path,))
 
 

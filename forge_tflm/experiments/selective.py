@@ -74,6 +74,14 @@ def run(ctx: ExperimentContext) -> Outcome:
                          "recovery": real_rec,
                          "simulated_recovery": curves["held-out"][TOP - 1]},
       "paper": PAPER,
+      "comparisons": [
+          {"claim": "held-out top-3: share of all-site recovery (%)",
+           "paper": PAPER["top3_share_of_all"], "here": share},
+          {"claim": "best held-out subset: recovery (points)",
+           "paper": PAPER["best_subset_recovery"], "here": curves["held-out"][best_k - 1]},
+          {"claim": "all sites: recovery (points)", "paper": PAPER["all_sites_recovery"],
+           "here": all_rec},
+      ],
   }
   return Outcome(data, _markdown(data, n), lambda path: _figure(data, n, path),
                  (artifact, subset_artifact))
