@@ -30,6 +30,12 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
                       " are kept between runs.", flag_values=fv)
   flags.DEFINE_integer("images", 0, "Images per evaluation stream (0: the whole split).",
                        lower_bound=0, flag_values=fv)
+  flags.DEFINE_multi_string("dataset_dir", [], "NAME=PATH: where dataset NAME (cifar100,"
+                            " tiny_imagenet) is; default: the folder NAME beside"
+                            " --data_dir.", flag_values=fv)
+  flags.DEFINE_integer("train_epochs", None, "Epochs for models an experiment must train"
+                       " (generalization); default: forge_tflm train's.", lower_bound=1,
+                       flag_values=fv)
   define_sweep_flags(fv)
   return fv
 
@@ -43,8 +49,16 @@ def run(fv: flags.FlagValues, command: str) -> int:
     raise ValueError(f"unknown experiment {fv.name!r}; known: {', '.join(EXPERIMENTS)}")
   if fv.data_dir and not os.path.exists(fv.data_dir):
     raise ValueError(f"--data_dir {fv.data_dir!r} does not exist")
+  dataset_dirs = {}
+  for item in fv.dataset_dir:
+    name, sep, path = item.partition("=")
+    if not sep or not name or not path:
+      raise ValueError(f"--dataset_dir={item!r}: expected NAME=PATH")
+    dataset_dirs[name] = path
+  train = {"epochs": fv.train_epochs} if fv.train_epochs else {}
   ctx = ExperimentContext(fv.data_dir, fv.output_root, fv.artifact_dir,
-                          executor_from_flags(fv), command, fv.images)
+                          executor_from_flags(fv), command, fv.images,
+                          dataset_dirs=dataset_dirs, train=train)
   out = run_experiment(fv.name, ctx)
   with open(os.path.join(out, "result.md")) as f:
     print(f.read(), end="")

@@ -26,6 +26,7 @@ EXPERIMENTS = {
     "baselines": "forge_tflm.experiments.tables:run_baselines",
     "per-corruption": "forge_tflm.experiments.tables:run_per_corruption",
     "gate": "forge_tflm.experiments.tables:run_gate",
+    "generalization": "forge_tflm.experiments.generalization",
     "lotv": "forge_tflm.experiments.lotv",
     "activation": "forge_tflm.experiments.activation",
 }
@@ -48,9 +49,23 @@ class ExperimentContext:
   command: str = ""
   images: int = 0  # per evaluation stream (0: the whole split)
   progress: bool = True
+  # Datasets other than CIFAR-10: name -> local path (default: the folder of that name
+  # beside data_dir, e.g. ../shared/datasets/cifar100; tensorflow-datasets without one).
+  dataset_dirs: dict = dataclasses.field(default_factory=dict)
+  # TrainConfig overrides for experiments that must train a model (e.g. {"epochs": 1}).
+  train: dict = dataclasses.field(default_factory=dict)
 
   def output_dir(self, name: str) -> str:
     return os.path.join(self.output_root, name)
+
+  def dataset_dir(self, name: str) -> str | None:
+    if name in self.dataset_dirs:
+      return self.dataset_dirs[name]
+    if self.data_dir is None:
+      return None
+    if name == "cifar10":
+      return self.data_dir
+    return os.path.join(os.path.dirname(os.path.abspath(self.data_dir)), name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +81,15 @@ def bundled_artifact(ctx: ExperimentContext, model: str = "resnet20_cifar10",
                      sites="all") -> str:
   """The bundled model converted with the default options (and `sites`), made once per
   model file content and kept in ctx.artifact_dir."""
-  source = BUNDLED_MODELS[model]
+  return converted_artifact(ctx, BUNDLED_MODELS[model], "cifar10", sites)
+
+
+def converted_artifact(ctx: ExperimentContext, source: str, dataset: str,
+                       sites="all") -> str:
+  """`source` (.keras) converted with the default options (and `sites`), calibrated
+  on `dataset`'s training split; made once per model file content and kept in
+  ctx.artifact_dir."""
+  model = os.path.basename(source)[:-len(".keras")]
   with open(source, "rb") as f:
     digest = hashlib.sha256(f.read()).hexdigest()[:12]
   tag = "all" if sites == "all" else hashlib.sha256(
@@ -81,10 +104,11 @@ def bundled_artifact(ctx: ExperimentContext, model: str = "resnet20_cifar10",
   from forge_tflm.data import load_dataset  # pylint: disable=import-outside-toplevel
 
   logging.info("converting %s (sites: %s) to %s", source, sites, path)
-  calibration = load_dataset("cifar10", "train", ctx.data_dir)
+  calibration = load_dataset(dataset, "train", ctx.dataset_dir(dataset))
   options = ConvertOptions(sites=sites if sites == "all" else tuple(sites))
   convert(source, path, calibration, options,
-          command=f"forge_tflm.experiments.common.bundled_artifact({model!r}, {sites!r})")
+          command=f"forge_tflm.experiments.common.converted_artifact({source!r},"
+                  f" {dataset!r}, {sites!r})")
   return path
 
 
