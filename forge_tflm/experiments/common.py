@@ -27,6 +27,7 @@ EXPERIMENTS = {
     "per-corruption": "forge_tflm.experiments.tables:run_per_corruption",
     "gate": "forge_tflm.experiments.tables:run_gate",
     "generalization": "forge_tflm.experiments.generalization",
+    "gap": "forge_tflm.experiments.gap",
     "lotv": "forge_tflm.experiments.lotv",
     "activation": "forge_tflm.experiments.activation",
 }
