@@ -28,6 +28,7 @@ EXPERIMENTS = {
     "gate": "forge_tflm.experiments.tables:run_gate",
     "generalization": "forge_tflm.experiments.generalization",
     "gap": "forge_tflm.experiments.gap",
+    "bit-width": "forge_tflm.experiments.bit_width",
     "lotv": "forge_tflm.experiments.lotv",
     "activation": "forge_tflm.experiments.activation",
 }
