@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from forge_tflm.experiments.common import (ExperimentContext, Outcome, bundled_artifact,
-                                           eval_clean)
+                                           eval_clean, plot)
 
 CORRUPTION = "gaussian_noise"
 
@@ -112,20 +112,13 @@ def _markdown(d: dict) -> str:
 
 
 def _figure(d: dict, samples: dict, path: str) -> None:
-  import matplotlib  # pylint: disable=import-outside-toplevel
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-
-  fig, ax = plt.subplots(figsize=(6, 3.4))
-  lo = min(np.percentile(v, 0.5) for v in samples.values())
-  hi = max(np.percentile(v, 99.5) for v in samples.values())
-  for k, v in samples.items():
-    ax.hist(v, bins=40, range=(lo, hi), density=True, histtype="step", lw=1.4,
-            label=f"{k} ({d[k]['displacement_sigma']:+.1f} sigma)")
-  ax.set_xlabel(f"{d['site']} channel {d['channel']} (conv output)")
-  ax.set_ylabel("density")
-  ax.set_title(f"{d['corruption']}, severity {d['severity']}")
-  ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=120, format="png")
-  plt.close(fig)
+  with plot(path, (6, 3.4)) as ax:
+    lo = min(np.percentile(v, 0.5) for v in samples.values())
+    hi = max(np.percentile(v, 99.5) for v in samples.values())
+    for k, v in samples.items():
+      ax.hist(v, bins=40, range=(lo, hi), density=True, histtype="step", lw=1.4,
+              label=f"{k} ({d[k]['displacement_sigma']:+.1f} sigma)")
+    ax.set_xlabel(f"{d['site']} channel {d['channel']} (conv output)")
+    ax.set_ylabel("density")
+    ax.set_title(f"{d['corruption']}, severity {d['severity']}")
+    ax.legend(fontsize=8)

@@ -3,6 +3,7 @@ the files it writes."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib
@@ -251,3 +252,19 @@ def cached_evaluate(ctx: ExperimentContext, config, streams, artifact: str,
     with open(tmp, "w") as f:
       json.dump(doc, f)
   return doc
+
+
+@contextlib.contextmanager
+def plot(path: str, size=(6, 3.4)):
+  """A matplotlib Axes (headless backend) saved to `path` as PNG on exit."""
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+
+  fig, ax = plt.subplots(figsize=size)
+  try:
+    yield ax
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, format="png")
+  finally:
+    plt.close(fig)

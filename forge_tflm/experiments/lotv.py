@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from forge_tflm.experiments.common import (ExperimentContext, Outcome, bundled_artifact,
-                                           corrupted_streams, site_moments)
+                                           corrupted_streams, plot, site_moments)
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
 # The paper's figures quoted in the issue: batch 1 and batch 64 only.
@@ -87,19 +87,12 @@ def _markdown(d: dict) -> str:
 
 
 def _figure(d: dict, path: str) -> None:
-  import matplotlib  # pylint: disable=import-outside-toplevel
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-
-  fig, ax = plt.subplots(figsize=(5, 3.4))
-  b = d["batch_sizes"]
-  ax.plot(b, [d["omitted_percent"][k] for k in b], "o-", label="here")
-  ax.plot(list(d["paper"]), list(d["paper"].values()), "kx", ms=8, label="paper")
-  ax.set_xscale("log", base=2)
-  ax.set_yscale("log")
-  ax.set_xlabel("batch size")
-  ax.set_ylabel("variance omitted (%)")
-  ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=120, format="png")
-  plt.close(fig)
+  with plot(path, (5, 3.4)) as ax:
+    b = d["batch_sizes"]
+    ax.plot(b, [d["omitted_percent"][k] for k in b], "o-", label="here")
+    ax.plot(list(d["paper"]), list(d["paper"].values()), "kx", ms=8, label="paper")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("variance omitted (%)")
+    ax.legend(fontsize=8)

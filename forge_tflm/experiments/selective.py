@@ -17,7 +17,8 @@ import numpy as np
 
 from forge_tflm.corruptions import CORRUPTIONS
 from forge_tflm.evaluation import selection
-from forge_tflm.experiments.common import ExperimentContext, Outcome, bundled_artifact
+from forge_tflm.experiments.common import (ExperimentContext, Outcome, bundled_artifact,
+                                           plot)
 
 # The paper's Fig. 4 claims (ResNet-20, CIFAR-10-C severity 5).
 PAPER = {"top3_share_of_all": 93.0, "best_subset_k": 8, "best_subset_recovery": 19.6,
@@ -128,19 +129,12 @@ def _markdown(d: dict, n: int) -> str:
 
 
 def _figure(d: dict, n: int, path: str) -> None:
-  import matplotlib  # pylint: disable=import-outside-toplevel
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-
   ks = np.arange(1, n + 1)
-  fig, ax = plt.subplots(figsize=(6, 3.6))
-  for name, style in (("held-out", "o-"), ("oracle", "s--")):
-    ax.plot(ks, d["top_k_recovery"][name], style, ms=3, label=f"{name} ranking, top-k")
-  ax.axhline(d["all_sites_recovery"], color="gray", lw=1, label=f"all {n} sites")
-  ax.set_xlabel("sites adapted (k)")
-  ax.set_ylabel("recovery over int8 source (points)")
-  ax.set_title("ResNet-20, 15 corruptions, severity 5")
-  ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=120, format="png")
-  plt.close(fig)
+  with plot(path, (6, 3.6)) as ax:
+    for name, style in (("held-out", "o-"), ("oracle", "s--")):
+      ax.plot(ks, d["top_k_recovery"][name], style, ms=3, label=f"{name} ranking, top-k")
+    ax.axhline(d["all_sites_recovery"], color="gray", lw=1, label=f"all {n} sites")
+    ax.set_xlabel("sites adapted (k)")
+    ax.set_ylabel("recovery over int8 source (points)")
+    ax.set_title("ResNet-20, 15 corruptions, severity 5")
+    ax.legend(fontsize=8)

@@ -10,7 +10,7 @@ overridden on the host; its streams run on the context's executor.
 from __future__ import annotations
 
 from forge_tflm.experiments.common import (ExperimentContext, Outcome, bundled_artifact,
-                                           corrupted_streams, evaluate)
+                                           corrupted_streams, evaluate, plot)
 
 MOMENTA = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64)
@@ -88,20 +88,13 @@ def run_batch_size(ctx: ExperimentContext) -> Outcome:
 
 
 def _line_figure(xs, series: dict, xlabel: str, path: str, logx: bool = False) -> None:
-  import matplotlib  # pylint: disable=import-outside-toplevel
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-
-  fig, ax = plt.subplots(figsize=(5.5, 3.4))
-  for name, ys in series.items():
-    ax.plot(xs, ys, "o-", ms=4, label=name)
-  ax.axhline(0, color="gray", lw=0.8)
-  if logx:
-    ax.set_xscale("log")
-  ax.set_xlabel(xlabel)
-  ax.set_ylabel("recovery over int8 source (points)")
-  ax.legend(fontsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=120, format="png")
-  plt.close(fig)
+  with plot(path, (5.5, 3.4)) as ax:
+    for name, ys in series.items():
+      ax.plot(xs, ys, "o-", ms=4, label=name)
+    ax.axhline(0, color="gray", lw=0.8)
+    if logx:
+      ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("recovery over int8 source (points)")
+    ax.legend(fontsize=8)
 

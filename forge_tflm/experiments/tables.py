@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from forge_tflm.experiments.common import (BUNDLED_MODELS, ExperimentContext, Outcome,
                                            bundled_artifact, cached_evaluate,
-                                           corrupted_streams)
+                                           corrupted_streams, plot)
 
 METHODS = ("source", "forge", "forge-gated", "scale-adapt", "source-fp32", "bn-adapt",
            "tent")
@@ -99,17 +99,10 @@ def run_gate(ctx: ExperimentContext) -> Outcome:
 
 
 def _bars(rows: dict, path: str) -> None:
-  import matplotlib  # pylint: disable=import-outside-toplevel
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-
   names = [m for m in rows if rows[m].get("mean_recovery") is not None]
-  fig, ax = plt.subplots(figsize=(6, 3.2))
-  ax.bar(names, [rows[m]["mean_recovery"] for m in names],
-         yerr=[rows[m]["mean_recovery_std"] for m in names], capsize=3)
-  ax.axhline(0, color="gray", lw=0.8)
-  ax.set_ylabel("recovery (points)")
-  ax.tick_params(axis="x", labelsize=8)
-  fig.tight_layout()
-  fig.savefig(path, dpi=120, format="png")
-  plt.close(fig)
+  with plot(path, (6, 3.2)) as ax:
+    ax.bar(names, [rows[m]["mean_recovery"] for m in names],
+           yerr=[rows[m]["mean_recovery_std"] for m in names], capsize=3)
+    ax.axhline(0, color="gray", lw=0.8)
+    ax.set_ylabel("recovery (points)")
+    ax.tick_params(axis="x", labelsize=8)
