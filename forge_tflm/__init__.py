@@ -10,8 +10,12 @@ The public API, imported lazily so that `forge_tflm --help` stays fast:
     QuantParams, forge_recalib_c,                 state, the C core and the numpy
     forge_recalib_reference                       definition
     load_dataset, ImageSet                        datasets
-    corrupt, CORRUPTIONS                          CIFAR-C / Tiny-ImageNet-C corruptions
+    corrupt, CORRUPTIONS, HELD_OUT_CORRUPTIONS    CIFAR-C / Tiny-ImageNet-C corruptions
     evaluate, EvalConfig, GateConfig              the evaluation protocol
+    select, SelectConfig                          layer selection on held-out corruptions
+    make_executor                                 where sweep units run (inline, processes, Ray)
+    run_experiment, ExperimentContext,            the paper's experiments
+    EXPERIMENTS
     (forge_tflm.evaluation is the subpackage, forge_tflm.evaluate the function)
 """
 
@@ -42,9 +46,16 @@ _EXPORTS = {
     "ImageSet": "forge_tflm.data",
     "corrupt": "forge_tflm.corruptions",
     "CORRUPTIONS": "forge_tflm.corruptions",
+    "HELD_OUT_CORRUPTIONS": "forge_tflm.corruptions",
     "EvalConfig": "forge_tflm.evaluation.protocol",
     "GateConfig": "forge_tflm.evaluation.gate",
     "evaluate": "forge_tflm.evaluation.protocol",
+    "select": "forge_tflm.evaluation.selection",
+    "SelectConfig": "forge_tflm.evaluation.selection",
+    "make_executor": "forge_tflm.sweep",
+    "run_experiment": "forge_tflm.experiments",
+    "ExperimentContext": "forge_tflm.experiments",
+    "EXPERIMENTS": "forge_tflm.experiments",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
