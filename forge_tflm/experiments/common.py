@@ -268,3 +268,27 @@ def plot(path: str, size=(6, 3.4)):
     fig.savefig(path, dpi=120, format="png")
   finally:
     plt.close(fig)
+
+
+def grouped_bars(path: str, groups: dict, ylabel: str, title: str = "",
+                 size=(7, 3.4)) -> None:
+  """A grouped bar chart: groups {label: {series: value}} (missing values skipped)."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+
+  labels = list(groups)
+  series = list(dict.fromkeys(s for g in groups.values() for s in g))
+  width = 0.8 / max(1, len(series))
+  with plot(path, size) as ax:
+    for i, name in enumerate(series):
+      xs = [j + (i - (len(series) - 1) / 2) * width for j, g in enumerate(labels)
+            if groups[g].get(name) is not None]
+      ys = [groups[g][name] for g in labels if groups[g].get(name) is not None]
+      ax.bar(xs, ys, width, label=name)
+    ax.axhline(0, color="gray", lw=0.8)
+    ax.set_xticks(np.arange(len(labels)))
+    ax.set_xticklabels(labels, rotation=45 if len(labels) > 5 else 0, ha="right"
+                       if len(labels) > 5 else "center", fontsize=8)
+    ax.set_ylabel(ylabel)
+    if title:
+      ax.set_title(title)
+    ax.legend(fontsize=8)

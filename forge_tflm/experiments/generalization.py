@@ -19,7 +19,7 @@ import os
 from absl import logging
 
 from forge_tflm.experiments.common import (BUNDLED_MODELS, ExperimentContext, Outcome,
-                                           converted_artifact, evaluate)
+                                           converted_artifact, evaluate, grouped_bars)
 
 IMAGES = 2000  # per stream unless --images
 
@@ -110,4 +110,8 @@ def run(ctx: ExperimentContext) -> Outcome:
             " recipe (hours on a CPU). The paper's Table 5 values are not available in"
             " this checkout."]
   artifacts = tuple(r["artifact"] for r in rows.values() if r["ran"])
-  return Outcome({"rows": rows}, "\n".join(lines), None, artifacts)
+  groups = {title: {"FORGE": r["forge_recovery"], "FORGE + gate": r["gated_recovery"]}
+            for title, r in rows.items() if r["ran"]}
+  return Outcome({"rows": rows}, "\n".join(lines), lambda p: grouped_bars(
+      p, groups, "recovery (points)", "against each model's int8 source", size=(6, 3.4)),
+      artifacts)

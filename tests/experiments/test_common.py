@@ -52,3 +52,10 @@ def test_command_line(fake, tmp_path, capsys):
   assert "unknown experiment" in capsys.readouterr().err
   assert cli.main(["forge_tflm", "experiment", "fake", "--data_dir=/no/such"]) == 1
   assert "does not exist" in capsys.readouterr().err
+
+
+def test_grouped_bars_skip_missing_values(tmp_path):
+  path = str(tmp_path / "bars.png")
+  common.grouped_bars(path, {"a": {"x": 1.0, "y": None}, "b": {"x": -2.0, "y": 0.5}},
+                      "points", "title")
+  assert open(path, "rb").read(4) == b"\x89PNG"
