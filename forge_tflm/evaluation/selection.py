@@ -83,36 +83,47 @@ class SiteUnit:
   kernels: str = "optimized"
 
 
+@functools.lru_cache(maxsize=4)
+def _artifact(path: str):
+  from forge_tflm.artifact import Artifact  # pylint: disable=import-outside-toplevel
+  return Artifact.load(path, require_manifest=True)
+
+
 @functools.lru_cache(maxsize=2)
 def _model(path: str, kernels: str):
-  from forge_tflm.artifact import Artifact  # pylint: disable=import-outside-toplevel
   from forge_tflm.runtime.segmented import SegmentedModel  # pylint: disable=import-outside-toplevel
 
-  artifact = Artifact.load(path, require_manifest=True)
+  artifact = _artifact(path)
   return artifact, SegmentedModel.from_artifact(artifact, kernels)
 
 
 @functools.lru_cache(maxsize=20)
-def _inputs(path: str, kernels: str, stream: StreamSpec):
+def stream_inputs(path: str, stream: StreamSpec):
+  """The artifact's int8 inputs for `stream` and its labels, once per worker."""
   from forge_tflm.deploy import model_input  # pylint: disable=import-outside-toplevel
 
-  artifact, _ = _model(path, kernels)
   images, labels = stream.load()
-  return model_input(artifact, images), labels
+  return model_input(_artifact(path), images), labels
+
+
+def stream_accuracy(model, x, labels, mode: str, batch_size: int,
+                    order_seed: int = 0) -> float:
+  """Accuracy of a SegmentedModel over one shuffled ordering of (x, labels) in `mode`,
+  its state reset first: every sweep unit of a single stream measures this."""
+  from forge_tflm.evaluation.protocol import ordering, run_stream  # pylint: disable=import-outside-toplevel
+
+  model.reset()
+  return float(run_stream(lambda xb: model.dequantize_output(model.run(xb, mode=mode)),
+                          x, labels, ordering(len(labels), 0, order_seed), batch_size))
 
 
 def unit_accuracy(unit: SiteUnit) -> float:
   """The sweep function: one unit -> accuracy (state reset first, shuffled order)."""
-  from forge_tflm.evaluation.protocol import ordering, run_stream  # pylint: disable=import-outside-toplevel
-
   _, model = _model(unit.artifact, unit.kernels)
-  x, labels = _inputs(unit.artifact, unit.kernels, unit.stream)
+  x, labels = stream_inputs(unit.artifact, unit.stream)
   model.adapt_only(unit.sites)
-  model.reset()
   try:
-    return float(run_stream(
-        lambda xb: model.dequantize_output(model.run(xb, mode="adapt")), x, labels,
-        ordering(len(labels), 0, unit.order_seed), unit.batch_size))
+    return stream_accuracy(model, x, labels, "adapt", unit.batch_size, unit.order_seed)
   finally:
     model.adapt_only(None)
 
@@ -282,9 +293,8 @@ def write_sites_file(path: str, selection: Selection, artifact_path: str,
   """The JSON `convert --sites=@path` reads ({"sites": [...]}), with how it was made."""
   from forge_tflm.fileio import atomic_path  # pylint: disable=import-outside-toplevel
 
-  data = {"sites": list(selection.sites), "command": command, "artifact": artifact_path,
+  data = {"command": command, "artifact": artifact_path,
           "artifact_sha256": artifact_sha256(artifact_path), **selection.to_json()}
-  data["sites"] = list(selection.sites)
   with atomic_path(path, ".json") as tmp:
     with open(tmp, "w") as f:
       json.dump(data, f, indent=1)

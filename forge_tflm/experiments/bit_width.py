@@ -156,16 +156,12 @@ def _model(path: str, weights: int, activations: int):
 
 
 def unit_accuracy(unit: WidthUnit) -> float:
-  from forge_tflm.deploy import model_input  # pylint: disable=import-outside-toplevel
-  from forge_tflm.evaluation.protocol import ordering, run_stream  # pylint: disable=import-outside-toplevel
+  from forge_tflm.evaluation.selection import stream_accuracy, stream_inputs  # pylint: disable=import-outside-toplevel
 
-  artifact, model = _model(unit.artifact, unit.weights, unit.activations)
-  images, labels = unit.stream.load()
-  mode = "adapt" if unit.method == "forge" else "source"
-  model.reset()
-  return float(run_stream(
-      lambda xb: model.dequantize_output(model.run(xb, mode=mode)),
-      model_input(artifact, images), labels, ordering(len(labels), 0, 0), unit.batch_size))
+  _, model = _model(unit.artifact, unit.weights, unit.activations)
+  x, labels = stream_inputs(unit.artifact, unit.stream)
+  return stream_accuracy(model, x, labels, "adapt" if unit.method == "forge" else "source",
+                         unit.batch_size)
 
 
 def run(ctx: ExperimentContext) -> Outcome:

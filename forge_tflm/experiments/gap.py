@@ -203,26 +203,22 @@ def _models(artifact_path: str, keras_path: str, calibration_dir: str | None) ->
 
 
 def unit_accuracy(unit: GapUnit) -> float:
-  from forge_tflm.deploy import model_input  # pylint: disable=import-outside-toplevel
-  from forge_tflm.evaluation.protocol import ordering, run_stream  # pylint: disable=import-outside-toplevel
+  from forge_tflm.evaluation.selection import stream_accuracy, stream_inputs  # pylint: disable=import-outside-toplevel
 
   m = _models(unit.artifact, unit.keras_model, unit.calibration_dir)
-  artifact, folded, kept, kernels = m.artifact, m.folded, m.kept, m.kernels
-  images, labels = unit.stream.load()
-  x = model_input(artifact, images)
+  folded, kept, kernels = m.folded, m.kept, m.kernels
+  x, labels = stream_inputs(unit.artifact, unit.stream)
   model, mode, table = {
       "folded": (folded, "source", None), "forge": (folded, "adapt", None),
       "forge_float64": (folded, "adapt", kernels["folded"]),
       "kept_bn_source": (kept, "source", kernels["kept"]),
       "kept_bn": (kept, "adapt", kernels["kept"])}[unit.variant]
-  model.reset()
   if table is not None:
     for k in table.values():
       k.reset()
     model.forge_kernel = lambda node, xb, m: table[node.name](xb, m)
   try:
-    return float(run_stream(lambda xb: model.dequantize_output(model.run(xb, mode=mode)),
-                            x, labels, ordering(len(labels), 0, 0), unit.batch_size))
+    return stream_accuracy(model, x, labels, mode, unit.batch_size)
   finally:
     model.forge_kernel = None
 
