@@ -48,7 +48,9 @@ sys.path.insert(0, REPO_ROOT)
 
 from benchmarks._report import emit  # noqa: E402
 
-CANDIDATES = ("forge", "cut-last", "prior", "prior-var", "balanced")
+CANDIDATES = ("forge", "cut-last", "prior", "prior-var", "balanced", "lagged",
+              "balanced-deep", "lagged+balanced-deep", "balanced-hard", "balanced-hard-deep",
+              "balanced-op", "balanced-op-deep")
 
 
 class SimulatedSite:
@@ -57,8 +59,23 @@ class SimulatedSite:
   def __init__(self, node, index: int, candidate: str, offsets, weights: dict,
                last: int, window: int):
     self.node, self.candidate, self.weights = node, candidate, weights
+    orig = candidate
     self.offsets = offsets
     self.frozen = candidate == "cut-last" and index == last
+    # lagged: normalize with the state before this batch's update (the batch's own
+    # labels never steer its normalization); *-deep: balanced only in the last third.
+    self.lagged = candidate.startswith("lagged")
+    # *-hard: the argmax of the int8 logits instead of the softmax (exact on any target).
+    self.hard = "-hard" in candidate
+    if candidate.endswith("-deep"):
+      candidate = "balanced" if index >= (2 * (last + 1)) // 3 else "forge"
+    elif candidate.startswith("balanced"):
+      candidate = "balanced"
+    # *-op: the op's design: hard labels, per-class centred (mean, variance) updated
+    # image by image with FORGE's running rule at rate min(1, K / W); the mixture's
+    # variance is the mean within-class variance plus the spread of the class means.
+    self.op_design = "-op" in orig
+    self.candidate = candidate
     self.beta = node.state.beta.astype(np.float64)
     self.gamma = node.state.gamma_abs.astype(np.float64)
     self.mu, self.var = self.beta.copy(), self.gamma ** 2
@@ -70,11 +87,23 @@ class SimulatedSite:
       within = np.maximum(self.gamma ** 2 - self.between, 1e-3 * self.gamma ** 2)
       self.m2 = within + self.m1 ** 2
       self.pending = None
+      self.var_k = np.broadcast_to(within, self.m1.shape).copy()
 
   def commit(self, p: np.ndarray) -> None:
     """balanced: the batch's softmax p [B, K] assigns the pending per-image moments."""
     m1_img, m2_img = self.pending
     k = p.shape[1]
+    if self.op_design:
+      rate = min(1.0, k / self.window)
+      var_img = np.maximum(m2_img - m1_img ** 2, 0)
+      for i, label in enumerate(p.argmax(1)):
+        mu_new = (1 - rate) * self.m1[label] + rate * m1_img[i]
+        self.var_k[label] = ((1 - rate) * self.var_k[label]
+                             + rate * (var_img[i] + (m1_img[i] - mu_new) ** 2))
+        self.m1[label] = mu_new
+      return
+    if self.hard:
+      p = np.eye(k)[p.argmax(1)]
     n = p.sum(0)
     for c in range(k):
       if n[c] <= 1e-9:
@@ -91,13 +120,18 @@ class SimulatedSite:
       per_image = xf.reshape(x.shape[0], -1, c)
       self.pending = (per_image.mean(1), (per_image ** 2).mean(1))
       mu = self.m1.mean(0)
-      var = np.maximum(self.m2.mean(0) - mu ** 2, 1e-6)
+      if self.op_design:
+        var = self.var_k.mean(0) + ((self.m1 - mu) ** 2).mean(0)
+      else:
+        var = np.maximum(self.m2.mean(0) - mu ** 2, 1e-6)
     elif not self.frozen:
       m = min(1.0, x.shape[0] / self.window)
       mean_b, var_b = xf.mean(0), xf.var(0)
+      mu, var = self.mu, self.var
       self.mu = (1 - m) * self.mu + m * mean_b
       self.var = (1 - m) * self.var + m * (var_b + (mean_b - self.mu) ** 2)
-      mu, var = self.mu, self.var
+      if not self.lagged:
+        mu, var = self.mu, self.var
       if self.candidate in ("prior", "prior-var"):
         w = self.weights["w"]
         favoured = w @ self.offsets
@@ -188,8 +222,8 @@ def main(argv=None) -> int:
       p /= p.sum(1, keepdims=True)
       m = min(1.0, len(b) / args.window)
       weights["w"] = (1 - m) * weights["w"] + m * p.mean(0)
-      if candidate == "balanced":
-        for site in sites.values():
+      for site in sites.values():
+        if site.candidate == "balanced":
           site.commit(p)
     model.forge_kernel = None
     return 100 * correct / len(idx)

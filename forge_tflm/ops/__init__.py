@@ -24,7 +24,7 @@ __all__ = [
     "ACTIVATIONS", "Activation", "MAX_OPTIONS_BYTES", "QuantParams", "RecalibOp",
     "RecalibOptions", "RecalibState", "bench_memcpy", "c_core_available",
     "c_core_variant", "decode_options", "encode_options", "forge_recalib_c",
-    "forge_recalib_reference",
+    "forge_recalib_reference", "forge_recalib_reference_commit", "argmax_s8",
 ]
 
 _MODE_CODES = {name: code for code, name in enumerate(MODES)}
@@ -54,10 +54,19 @@ class RecalibState:
   are views of it. `reset()` restores the clean targets (beta, gamma_abs^2).
   """
 
-  def __init__(self, beta: np.ndarray, gamma_abs: np.ndarray):
+  def __init__(self, beta: np.ndarray, gamma_abs: np.ndarray,
+               offsets: np.ndarray | None = None):
     self.beta = np.ascontiguousarray(beta, dtype=np.float32)
     self.gamma_abs = np.ascontiguousarray(gamma_abs, dtype=np.float32)
     self.data = reference.reset_state(self.beta, self.gamma_abs)
+    # Class-balanced statistics (SPEC "Class-balanced statistics"): the class offsets
+    # [K, C] (constants), the class state [2, K, C] and the moments of the last adapt
+    # invocation's images waiting for their labels ([2, N, C], None when committed).
+    self.offsets = None if offsets is None else np.ascontiguousarray(offsets, np.float32)
+    self.classes = None
+    self.pending = None
+    if self.offsets is not None:
+      self.classes = reference.classes_reset(self.beta, self.gamma_abs, self.offsets)
 
   @property
   def channels(self) -> int:
@@ -73,11 +82,21 @@ class RecalibState:
 
   def reset(self) -> None:
     self.data[:] = reference.reset_state(self.beta, self.gamma_abs)
+    if self.offsets is not None:
+      self.classes[:] = reference.classes_reset(self.beta, self.gamma_abs, self.offsets)
+      self.pending = None
+
+  @property
+  def nbytes(self) -> int:
+    """SRAM bytes of the state (pending moments excluded: they scale with the batch)."""
+    return self.data.nbytes + (0 if self.classes is None else self.classes.nbytes)
 
   def copy(self) -> "RecalibState":
     other = RecalibState.__new__(RecalibState)
-    other.beta, other.gamma_abs = self.beta, self.gamma_abs
+    other.beta, other.gamma_abs, other.offsets = self.beta, self.gamma_abs, self.offsets
     other.data = self.data.copy()
+    other.classes = None if self.classes is None else self.classes.copy()
+    other.pending = None if self.pending is None else self.pending.copy()
     return other
 
 
@@ -99,12 +118,49 @@ def forge_recalib_reference(x: np.ndarray, state: RecalibState,
   if x.shape[-1] != state.channels:
     raise ValueError(f"x has {x.shape[-1]} channels, state has {state.channels}")
   _code(_MODE_CODES, mode, "mode")
+  _check_classes(opts, state)
   q = reference.prepare_quant(opts.activation, quant.s_x, quant.z_x,
                               quant.s_y, quant.z_y)
+  if opts.classes is not None and mode != "source":
+    state.classes[:], state.data[:] = reference.classes_mixture(
+        state.beta, state.gamma_abs, state.offsets, state.classes)
+    y, _ = reference.recalib_step(x, state.beta, state.gamma_abs, state.data,
+                                  opts=opts, q=q, mode="frozen")
+    if mode == "adapt":
+      state.pending = reference.image_moments(x, q)
+    return y
   y, new_state = reference.recalib_step(x, state.beta, state.gamma_abs, state.data,
                                         opts=opts, q=q, mode=mode)
   state.data[:] = new_state
   return y
+
+
+def forge_recalib_reference_commit(labels, state: RecalibState,
+                                   opts: RecalibOptions) -> None:
+  """Numpy reference of the deferred class update: the last adapt invocation's images
+  enter their labelled classes (-1: not at all); a no-op without pending images."""
+  _check_classes(opts, state)
+  if opts.classes is None:
+    raise ValueError("class commit without the classes option")
+  if state.pending is None:
+    return
+  _check_labels(labels, state.pending.shape[1])
+  state.classes[:] = reference.classes_commit(state.classes, state.pending, labels, opts)
+  state.pending = None
+
+
+def _check_classes(opts: RecalibOptions, state: RecalibState) -> None:
+  k = None if state.offsets is None else state.offsets.shape[0]
+  if opts.classes != k:
+    raise ValueError(f"options say classes={opts.classes}, the state has "
+                     f"{'no class offsets' if k is None else f'{k} classes'}")
+
+
+def _check_labels(labels, n: int) -> np.ndarray:
+  labels = np.ascontiguousarray(labels, np.int32)
+  if labels.shape != (n,):
+    raise ValueError(f"{labels.shape} labels for {n} pending images")
+  return labels
 
 
 def c_core_available() -> bool:
@@ -134,10 +190,12 @@ class RecalibOp:
   """
 
   def __init__(self, options: RecalibOptions, quant: QuantParams, beta: np.ndarray,
-               gamma_abs: np.ndarray, state: RecalibState | None = None):
+               gamma_abs: np.ndarray, state: RecalibState | None = None,
+               offsets: np.ndarray | None = None):
     self.options = options
     self.quant = quant
-    self.state = state if state is not None else RecalibState(beta, gamma_abs)
+    self.state = state if state is not None else RecalibState(beta, gamma_abs, offsets)
+    _check_classes(options, self.state)
     self._prepared = core().Prepared(options, float(quant.s_x), int(quant.z_x),
                                      float(quant.s_y), int(quant.z_y),
                                      self.state.beta, self.state.gamma_abs)
@@ -146,6 +204,10 @@ class RecalibOp:
     """The same node (sharing its state) prepared with other options."""
     return RecalibOp(options, self.quant, self.state.beta, self.state.gamma_abs,
                      state=self.state)
+
+  @property
+  def class_balanced(self) -> bool:
+    return self.options.classes is not None
 
   @property
   def prepared_quant(self) -> tuple:
@@ -161,10 +223,39 @@ class RecalibOp:
     x, may be x itself) receives it. Errors raise ValueError, nothing written."""
     if out is None:
       out = np.empty_like(x) if isinstance(x, np.ndarray) else None
-    self._prepared.run(x, out, self.state.data, _code(_MODE_CODES, mode, "mode"),
+    code = _code(_MODE_CODES, mode, "mode")
+    st = self.state
+    pending = None
+    if self.class_balanced and mode != "source":
+      # SPEC "Class-balanced statistics": the class mixture normalizes (frozen), and
+      # an adapt invocation's images wait with their moments for their labels.
+      if mode == "adapt":
+        pending = np.empty((2,) + (x.shape[0], x.shape[-1]), np.float32)
+        self._prepared.image_moments(x, pending)  # Before y may overwrite x.
+      core().classes_mixture(st.beta, st.gamma_abs, st.offsets, st.classes, st.data)
+      code = _MODE_CODES["frozen"]
+    self._prepared.run(x, out, st.data, code,
                        _code(_PATH_CODES, path, "per-element path"),
                        _code(_VARIANT_CODES, variant, "variant"))
+    if pending is not None:
+      st.pending = pending
     return out
+
+  def commit(self, labels) -> None:
+    """The deferred class update (SPEC "Commit"): the last adapt invocation's images
+    enter their labelled classes (int, [0, K) or -1 to skip); then nothing is pending.
+    A no-op when nothing is pending."""
+    if not self.class_balanced:
+      raise ValueError("commit needs the classes option")
+    if self.state.pending is None:
+      return
+    labels = _check_labels(labels, self.state.pending.shape[1])
+    self._prepared.classes_commit(self.state.pending, labels, self.state.classes)
+    self.state.pending = None
+
+  def reference_commit(self, labels) -> None:
+    """The numpy definition of commit on the same state (tests)."""
+    forge_recalib_reference_commit(labels, self.state, self.options)
 
   def reference(self, x: np.ndarray, mode: str = "adapt") -> np.ndarray:
     """The numpy definition on the same state (tests)."""
@@ -196,3 +287,8 @@ def bench_memcpy(nbytes: int, reps: int) -> float:
   src = np.ones(nbytes, dtype=np.int8)
   dst = np.empty_like(src)
   return core().bench_memcpy(dst, src, int(reps)) / reps
+
+
+def argmax_s8(logits: np.ndarray) -> np.ndarray:
+  """The C core's label of each row of int8 logits [N, K] (lowest index on ties)."""
+  return np.asarray(core().argmax_s8(np.ascontiguousarray(logits, np.int8)), np.int32)

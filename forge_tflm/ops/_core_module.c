@@ -58,7 +58,7 @@ static int get_buf(PyObject* obj, Buf* b, int writable, char code,
   b->held = 1;
   if (b->view.itemsize != itemsize || !format_is(b->view.format, code)) {
     PyErr_Format(PyExc_ValueError, "%s must have dtype %s", name,
-                 code == 'b' ? "int8" : "float32");
+                 code == 'b' ? "int8" : code == 'i' ? "int32" : "float32");
     release(b);
     return -1;
   }
@@ -375,6 +375,162 @@ static PyObject* py_state_reset(PyObject* self, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+/* image_moments(x, pending): each image's (mean, variance), pending float32
+ * [2 * N * C] (class-balanced statistics). */
+static PyObject* prepared_image_moments(Prepared* p, PyObject* args) {
+  PyObject *ox, *op;
+  Buf pending;
+  Call k;
+  int status;
+  const char* msg = NULL;
+  if (!PyArg_ParseTuple(args, "OO", &ox, &op)) return NULL;
+  memset(&k, 0, sizeof(k));
+  if (get_buf(ox, &k.x, 0, 'b', 1, -1, "x")) return NULL;
+  if (k.x.view.ndim < 2 || k.x.view.shape[k.x.view.ndim - 1] != p->c ||
+      k.x.view.shape[0] < 1) {
+    release(&k.x);
+    PyErr_Format(PyExc_ValueError, "x must be [N, ..., C] with C = %d", (int)p->c);
+    return NULL;
+  }
+  k.n = (int32_t)k.x.view.shape[0];
+  k.hw = (int32_t)(k.x.view.len / ((Py_ssize_t)k.n * p->c));
+  if (get_buf(op, &pending, 1, 'f', 4, 2 * (Py_ssize_t)k.n * p->c, "pending")) {
+    release(&k.x);
+    return NULL;
+  }
+  status = forge_recalib_image_moments((const int8_t*)k.x.view.buf, k.n, k.hw, p->c,
+                                       &p->quant, (float*)pending.view.buf,
+                                       p->scratch, p->scratch_bytes, &msg);
+  release(&k.x);
+  release(&pending);
+  if (status != FORGE_RECALIB_OK) return raise_status(status, msg);
+  Py_RETURN_NONE;
+}
+
+/* classes_commit(pending, labels, class_state): labels int32 [N]. */
+static PyObject* prepared_classes_commit(Prepared* p, PyObject* args) {
+  PyObject *op, *ol, *os;
+  Buf pending, labels, cs;
+  Py_ssize_t n;
+  int status;
+  const char* msg = NULL;
+  if (!PyArg_ParseTuple(args, "OOO", &op, &ol, &os)) return NULL;
+  if (get_buf(ol, &labels, 0, 'i', 4, -1, "labels")) return NULL;
+  n = labels.view.len / 4;
+  if (get_buf(op, &pending, 0, 'f', 4, 2 * n * p->c, "pending")) {
+    release(&labels);
+    return NULL;
+  }
+  if (get_buf(os, &cs, 1, 'f', 4, 2 * (Py_ssize_t)p->opts.classes * p->c,
+              "class_state")) {
+    release(&labels);
+    release(&pending);
+    return NULL;
+  }
+  status = forge_recalib_classes_commit(
+      (const float*)pending.view.buf, (const int32_t*)labels.view.buf,
+      n > FORGE_RECALIB_MAX_M ? 0 : (int32_t)n, p->c, &p->opts,
+      (float*)cs.view.buf, &msg);
+  release(&labels);
+  release(&pending);
+  release(&cs);
+  if (status != FORGE_RECALIB_OK) return raise_status(status, msg);
+  Py_RETURN_NONE;
+}
+
+/* Class-balanced statistics of a node: reset (mixture=0) or mixture (1). */
+static PyObject* classes_call(PyObject* args, int mixture) {
+  PyObject *ob, *og, *oo, *os, *ot = NULL;
+  Buf b, g, o, cs, st;
+  Py_ssize_t c, k;
+  int status = FORGE_RECALIB_OK;
+  const char* msg = NULL;
+  if (!PyArg_ParseTuple(args, mixture ? "OOOOO" : "OOOO", &ob, &og, &oo, &os, &ot)) {
+    return NULL;
+  }
+  memset(&st, 0, sizeof(st));
+  if (get_buf(ob, &b, 0, 'f', 4, -1, "beta")) return NULL;
+  c = b.view.len / 4;
+  if (get_buf(og, &g, 0, 'f', 4, c, "gamma_abs")) {
+    release(&b);
+    return NULL;
+  }
+  if (get_buf(oo, &o, 0, 'f', 4, -1, "offsets")) {
+    release(&b);
+    release(&g);
+    return NULL;
+  }
+  k = c > 0 ? o.view.len / 4 / c : 0;
+  if (c < 1 || c > FORGE_RECALIB_MAX_C || k * c * 4 != o.view.len ||
+      k < 2 || k > FORGE_RECALIB_MAX_CLASSES) {
+    PyErr_SetString(PyExc_ValueError, "offsets must be [K, C] with K in [2, 256]");
+    release(&b);
+    release(&g);
+    release(&o);
+    return NULL;
+  }
+  if (get_buf(os, &cs, 1, 'f', 4, 2 * k * c, "class_state") ||
+      (mixture && get_buf(ot, &st, 1, 'f', 4, 2 * c, "state"))) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bad buffer");
+    release(&b);
+    release(&g);
+    release(&o);
+    release(&cs);
+    return NULL;
+  }
+  if (mixture) {
+    forge_recalib_classes_mixture((const float*)b.view.buf, (const float*)g.view.buf,
+                                  (const float*)o.view.buf, (int32_t)c, (int32_t)k,
+                                  (float*)cs.view.buf, (float*)st.view.buf);
+  } else {
+    status = forge_recalib_classes_reset((const float*)b.view.buf,
+                                         (const float*)g.view.buf,
+                                         (const float*)o.view.buf, (int32_t)c,
+                                         (int32_t)k, (float*)cs.view.buf, &msg);
+  }
+  release(&b);
+  release(&g);
+  release(&o);
+  release(&cs);
+  release(&st);
+  if (status != FORGE_RECALIB_OK) return raise_status(status, msg);
+  Py_RETURN_NONE;
+}
+
+static PyObject* py_classes_reset(PyObject* self, PyObject* args) {
+  (void)self;
+  return classes_call(args, 0);
+}
+
+static PyObject* py_classes_mixture(PyObject* self, PyObject* args) {
+  (void)self;
+  return classes_call(args, 1);
+}
+
+static PyObject* py_argmax_s8(PyObject* self, PyObject* args) {
+  PyObject* ox;
+  PyObject* out;
+  Buf x;
+  Py_ssize_t k, n, i;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "O", &ox)) return NULL;
+  if (get_buf(ox, &x, 0, 'b', 1, -1, "logits")) return NULL;
+  if (x.view.ndim != 2 || x.view.shape[1] < 1 || x.view.shape[1] > INT32_MAX) {
+    release(&x);
+    PyErr_SetString(PyExc_ValueError, "logits must be int8 [N, K]");
+    return NULL;
+  }
+  n = x.view.shape[0];
+  k = x.view.shape[1];
+  out = PyList_New(n);
+  for (i = 0; out != NULL && i < n; ++i) {
+    PyList_SET_ITEM(out, i, PyLong_FromLong(forge_recalib_argmax_s8(
+                                (const int8_t*)x.view.buf + i * k, (int32_t)k)));
+  }
+  release(&x);
+  return out;
+}
+
 static PyObject* prepared_quant(Prepared* p, void* closure) {
   (void)closure;
   return Py_BuildValue("(fffii)", p->quant.r, p->quant.inv_sy, p->quant.sx2,
@@ -390,6 +546,10 @@ static PyMethodDef kPreparedMethods[] = {
     {"run", (PyCFunction)prepared_run, METH_VARARGS,
      "run(x, y, state, mode[, path[, variant]]): one invocation; y may be x."
      " variant: 0 host (default), 1 ansi, 2 host capped at AVX2"},
+    {"image_moments", (PyCFunction)prepared_image_moments, METH_VARARGS,
+     "image_moments(x, pending): per-image (mean, variance) [2, N, C]"},
+    {"classes_commit", (PyCFunction)prepared_classes_commit, METH_VARARGS,
+     "classes_commit(pending, labels, class_state): labels int32 [N]"},
     {"bench", (PyCFunction)prepared_bench, METH_VARARGS,
      "bench(x, y, state, mode, path, variant, reps) -> total ns of reps calls"
      " (after 1 untimed warm-up)"},
@@ -428,6 +588,12 @@ static PyMethodDef kMethods[] = {
      "bench_memcpy(dst, src, reps) -> total ns (after 1 warm-up)"},
     {"state_reset", py_state_reset, METH_VARARGS,
      "state_reset(beta, gamma_abs, state)"},
+    {"classes_reset", py_classes_reset, METH_VARARGS,
+     "classes_reset(beta, gamma_abs, offsets, class_state)"},
+    {"classes_mixture", py_classes_mixture, METH_VARARGS,
+     "classes_mixture(beta, gamma_abs, offsets, class_state, state)"},
+    {"argmax_s8", py_argmax_s8, METH_VARARGS,
+     "argmax_s8(logits [N, K] int8) -> list of labels (lowest index on ties)"},
     {"scratch_bytes", py_scratch_bytes, METH_VARARGS,
      "scratch_bytes(c) -> (affine_bytes, any_path_bytes)"},
     {NULL, NULL, 0, NULL}};
@@ -496,6 +662,7 @@ PyMODINIT_FUNC PyInit__forge_recalib_core(void) {
       add_object(m, "DEFAULT_EPS", PyFloat_FromDouble(FORGE_RECALIB_DEFAULT_EPS)) != 0 ||
       PyModule_AddIntConstant(m, "MAX_M", FORGE_RECALIB_MAX_M) != 0 ||
       PyModule_AddIntConstant(m, "MAX_C", FORGE_RECALIB_MAX_C) != 0 ||
+      PyModule_AddIntConstant(m, "MAX_CLASSES", FORGE_RECALIB_MAX_CLASSES) != 0 ||
       PyModule_AddIntConstant(m, "MAX_OPTIONS_BYTES",
                               FORGE_RECALIB_MAX_OPTIONS_BYTES) != 0 ||
       /* Arena accounting per node on 32-bit TFLM (forge_recalib.h). */

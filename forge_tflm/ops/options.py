@@ -30,6 +30,7 @@ def core():
 _CORE = core()
 
 MAX_OPTIONS_BYTES = _CORE.MAX_OPTIONS_BYTES
+MAX_CLASSES = _CORE.MAX_CLASSES
 DEFAULT_EPS = float(np.float32(_CORE.DEFAULT_EPS))
 VARIANCES: tuple[str, ...] = _CORE.VARIANCES
 MODES: tuple[str, ...] = _CORE.MODES
@@ -119,6 +120,9 @@ class RecalibOptions:
   activation: str = "none"
   variance: str = dataclasses.field(
       default="running", metadata=_help(f"Variance estimator: {', '.join(VARIANCES)}."))
+  # Class-balanced statistics over K classes (SPEC "Class-balanced statistics"); None
+  # (0 in the C struct): off. Set by the converter with the class offsets it measured.
+  classes: int | None = None
 
   def __post_init__(self):
     if (self.momentum is None) == (self.window is None):
@@ -149,10 +153,27 @@ class RecalibOptions:
     if self.variance not in VARIANCES:
       raise ValueError(f"unknown variance estimator {self.variance!r} (one of"
                        f" {', '.join(VARIANCES)})")
+    if self.classes is not None:
+      if not isinstance(self.classes, numbers.Integral) or isinstance(
+          self.classes, (bool, np.bool_)):
+        raise ValueError("classes must be an integer")
+      if self.classes == 0:  # The C default: off.
+        object.__setattr__(self, "classes", None)
+      elif not 2 <= int(self.classes) <= MAX_CLASSES:
+        raise ValueError(f"classes must be 0 (off) or in [2, {MAX_CLASSES}]")
+      else:
+        object.__setattr__(self, "classes", int(self.classes))
 
   @property
   def use_window(self) -> bool:
     return self.window is not None
+
+  def class_rate(self) -> np.float32:
+    """Per-image rate of a class's statistics: min(1, K / W) or min(1, K * momentum)."""
+    k = np.float32(self.classes)
+    r = k / np.float32(self.window) if self.window is not None else k * np.float32(
+        self.momentum)
+    return min(np.float32(r), np.float32(1.0))
 
   def momentum_at(self, batch: int) -> np.float32:
     """The EMA rate for a batch of `batch` images (SPEC step 3)."""

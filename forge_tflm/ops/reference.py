@@ -172,3 +172,106 @@ def recalib_step(x: np.ndarray, beta: np.ndarray, gamma_abs: np.ndarray,
   a, b = coefficients(mu, var, beta, gamma_abs, opts.eps, q)
   y = requantize(x2d, a, b, q).reshape(x.shape)
   return y, np.concatenate([mu, var]).astype(np.float32)
+
+
+# ---------------------------------------------------------- class-balanced statistics
+# SPEC "Class-balanced statistics". Layouts: offsets [K, C]; class state [2, K, C]
+# (class means, then class variances); pending [2, N, C] (each image's mean, variance).
+
+
+def check_offsets(offsets: np.ndarray) -> None:
+  if offsets.dtype != np.float32 or offsets.ndim != 2:
+    raise ValueError("class offsets must be float32 [K, C]")
+  if not 2 <= offsets.shape[0] <= core().MAX_CLASSES:
+    raise ValueError("classes must be 0 (off) or in [2, 256]")
+  if not np.all((offsets >= -TARGET_MAX) & (offsets <= TARGET_MAX)):
+    raise ValueError("class offsets must be finite with |o| <= 2^40")
+
+
+def _classes_reset_channels(beta, gamma_abs, offsets) -> np.ndarray:
+  """SPEC "Class reset" for every channel: [2, K, C]."""
+  k = offsets.shape[0]
+  g2 = (gamma_abs * gamma_abs).astype(np.float32)
+  floor = (g2 * F32(0.0009765625)).astype(np.float32)
+  between = np.zeros_like(g2)
+  for row in offsets:  # In class order: float32 sums are order dependent.
+    between = (between + row * row).astype(np.float32)
+  between = (between / F32(k)).astype(np.float32)
+  within = (g2 - between).astype(np.float32)
+  within = np.where(within >= floor, within, floor).astype(np.float32)
+  means = (beta[None, :] + offsets).astype(np.float32)
+  return np.stack([means, np.broadcast_to(within, offsets.shape)]).astype(np.float32)
+
+
+def classes_reset(beta: np.ndarray, gamma_abs: np.ndarray,
+                  offsets: np.ndarray) -> np.ndarray:
+  check_targets(beta, gamma_abs)
+  check_offsets(offsets)
+  if offsets.shape[1] != beta.shape[0]:
+    raise ValueError("class offsets must be [K, C] with the node's C")
+  return _classes_reset_channels(beta, gamma_abs, offsets)
+
+
+@np.errstate(all="ignore")
+def classes_mixture(beta, gamma_abs, offsets, class_state: np.ndarray):
+  """(repaired class state, state [mu, var]) of the class mixture."""
+  cs = class_state.astype(np.float32).copy()
+  bad = ~(np.isfinite(cs[0]) & np.isfinite(cs[1]) & (cs[1] >= 0)).all(axis=0)
+  if bad.any():
+    clean = _classes_reset_channels(beta, gamma_abs, offsets)
+    cs[:, :, bad] = clean[:, :, bad]
+  k = cs.shape[1]
+  s = cs[0, 0].copy()
+  for j in range(1, k):
+    s = (s + cs[0, j]).astype(np.float32)
+  mu = (s / F32(k)).astype(np.float32)
+  t = np.zeros_like(mu)
+  for j in range(k):
+    d = (cs[0, j] - mu).astype(np.float32)
+    t = (t + (cs[1, j] + d * d)).astype(np.float32)
+  var = (t / F32(k)).astype(np.float32)
+  return cs, np.concatenate([mu, var]).astype(np.float32)
+
+
+@np.errstate(all="ignore")
+def image_moments(x: np.ndarray, q: PreparedQuant) -> np.ndarray:
+  """Each image's (mean, variance) of x [N, ..., C]: SPEC step 2 with M = H*W."""
+  n, c = x.shape[0], x.shape[-1]
+  xi = x.reshape(n, -1, c).astype(np.int64)
+  hw = np.int64(xi.shape[1])
+  s1 = xi.sum(axis=1)
+  s2 = (xi * xi).sum(axis=1)
+  mq = (s1 - hw * np.int64(q.z_x)).astype(np.float32) / F32(hw)
+  var_q = (hw * s2 - s1 * s1).astype(np.float32) / F32(hw * hw)
+  return np.stack([q.s_x * mq, q.sx2 * var_q]).astype(np.float32)
+
+
+@np.errstate(all="ignore")
+def classes_commit(class_state: np.ndarray, pending: np.ndarray, labels,
+                   opts: RecalibOptions) -> np.ndarray:
+  """The class state after each image (in order) entered its labelled class."""
+  if opts.classes is None:
+    raise ValueError("class commit without the classes option")
+  labels = np.asarray(labels, np.int64)
+  if np.any((labels < -1) | (labels >= opts.classes)):
+    raise ValueError("a label must be a class in [0, K) or -1")
+  rate = opts.class_rate()
+  om = F32(F32(1.0) - rate)
+  cs = class_state.astype(np.float32).copy()
+  for i, k in enumerate(labels):
+    if k < 0:
+      continue
+    mean, var = pending[0, i], pending[1, i]
+    mu_new = (om * cs[0, k] + rate * mean).astype(np.float32)
+    v_used = var
+    if opts.variance == "running":
+      d = (mean - mu_new).astype(np.float32)
+      v_used = (var + d * d).astype(np.float32)
+    cs[1, k] = (om * cs[1, k] + rate * v_used).astype(np.float32)
+    cs[0, k] = mu_new
+  return cs
+
+
+def argmax_s8(logits: np.ndarray) -> np.ndarray:
+  """Each row's label: the largest int8 logit, the lowest index on ties."""
+  return np.argmax(np.asarray(logits, np.int8), axis=1).astype(np.int32)

@@ -80,6 +80,7 @@ void forge_recalib_options_default(forge_recalib_options* opts) {
   opts->eps = FORGE_RECALIB_DEFAULT_EPS;
   opts->activation = FORGE_RECALIB_ACT_NONE;
   opts->variance = FORGE_RECALIB_VAR_RUNNING;
+  opts->classes = 0;
 }
 
 int forge_recalib_validate_options(const forge_recalib_options* opts,
@@ -111,6 +112,11 @@ int forge_recalib_validate_options(const forge_recalib_options* opts,
       opts->variance != FORGE_RECALIB_VAR_RUNNING) {
     return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS,
                    "unknown variance estimator");
+  }
+  if (opts->classes != 0 &&
+      !(opts->classes >= 2 && opts->classes <= FORGE_RECALIB_MAX_CLASSES)) {
+    return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS,
+                   "classes must be 0 (off) or in [2, 256]");
   }
   return set_msg(msg, FORGE_RECALIB_OK, "ok");
 }
@@ -485,6 +491,226 @@ static int s8_run(const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
       affine_pass(x, y, M, C, a, b, quant);
   }
   return set_msg(msg, FORGE_RECALIB_OK, "ok");
+}
+
+/* ------------------------------------------- Class-balanced statistics */
+
+int forge_recalib_check_offsets(const float* offsets, int32_t C, int32_t K,
+                                const char** msg) {
+  int64_t i, n;
+  if (offsets == NULL) return set_msg(msg, FORGE_RECALIB_ERR_NULL, "offsets is NULL");
+  if (C < 1 || C > FORGE_RECALIB_MAX_C) {
+    return set_msg(msg, FORGE_RECALIB_ERR_SHAPE,
+                   "channel count must be in [1, 65536]");
+  }
+  if (K < 2 || K > FORGE_RECALIB_MAX_CLASSES) {
+    return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS,
+                   "classes must be 0 (off) or in [2, 256]");
+  }
+  n = (int64_t)K * (int64_t)C;
+  for (i = 0; i < n; ++i) {
+    if (!(offsets[i] >= -FORGE_RECALIB_TARGET_MAX &&
+          offsets[i] <= FORGE_RECALIB_TARGET_MAX)) {
+      return set_msg(msg, FORGE_RECALIB_ERR_TARGETS,
+                     "class offsets must be finite with |o| <= 2^40");
+    }
+  }
+  return set_msg(msg, FORGE_RECALIB_OK, "ok");
+}
+
+/* SPEC "Class reset" of channel c: means beta + o_k, one within-class
+ * variance max(gamma^2 - B, gamma^2 / 1024), B the mean of o_k^2. */
+static void classes_reset_channel(const float* beta, const float* gamma_abs,
+                                  const float* offsets, int32_t C, int32_t K,
+                                  int32_t c, float* class_state) {
+  const size_t kc = (size_t)K * (size_t)C;
+  const float kf = (float)K;
+  const float g2 = gamma_abs[c] * gamma_abs[c];
+  const float floor_v = g2 * 0.0009765625f; /* 2^-10: exact */
+  float between = 0.0f, within;
+  int32_t k;
+  for (k = 0; k < K; ++k) {
+    const float o = offsets[(size_t)k * (size_t)C + (size_t)c];
+    const float o2 = o * o;
+    between = between + o2;
+  }
+  between = between / kf;
+  within = g2 - between;
+  if (!(within >= floor_v)) within = floor_v;
+  for (k = 0; k < K; ++k) {
+    const size_t i = (size_t)k * (size_t)C + (size_t)c;
+    class_state[i] = beta[c] + offsets[i];
+    class_state[kc + i] = within;
+  }
+}
+
+int forge_recalib_classes_reset(const float* beta, const float* gamma_abs,
+                                const float* offsets, int32_t C, int32_t K,
+                                float* class_state, const char** msg) {
+  int32_t c;
+  int status = forge_recalib_check_targets(beta, gamma_abs, C, msg);
+  if (status == FORGE_RECALIB_OK) status = forge_recalib_check_offsets(offsets, C, K, msg);
+  if (status != FORGE_RECALIB_OK) return status;
+  if (class_state == NULL) {
+    return set_msg(msg, FORGE_RECALIB_ERR_NULL, "class state is NULL");
+  }
+  for (c = 0; c < C; ++c) {
+    classes_reset_channel(beta, gamma_abs, offsets, C, K, c, class_state);
+  }
+  return set_msg(msg, FORGE_RECALIB_OK, "ok");
+}
+
+void forge_recalib_classes_mixture(const float* beta, const float* gamma_abs,
+                                   const float* offsets, int32_t C, int32_t K,
+                                   float* class_state, float* state) {
+  const size_t kc = (size_t)K * (size_t)C;
+  const float kf = (float)K;
+  int32_t c, k;
+  for (c = 0; c < C; ++c) {
+    float s, t, mu;
+    for (k = 0; k < K; ++k) { /* SPEC "Repair", per channel */
+      const size_t i = (size_t)k * (size_t)C + (size_t)c;
+      const float v = class_state[kc + i];
+      if (!is_finite_f(class_state[i]) || !(v >= 0.0f && v <= FLT_MAX)) break;
+    }
+    if (k < K) classes_reset_channel(beta, gamma_abs, offsets, C, K, c, class_state);
+    s = class_state[c];
+    for (k = 1; k < K; ++k) s = s + class_state[(size_t)k * (size_t)C + (size_t)c];
+    mu = s / kf;
+    t = 0.0f;
+    for (k = 0; k < K; ++k) {
+      const size_t i = (size_t)k * (size_t)C + (size_t)c;
+      const float d = class_state[i] - mu;
+      const float d2 = d * d;
+      const float v = class_state[kc + i] + d2;
+      t = t + v;
+    }
+    state[c] = mu;
+    state[C + c] = t / kf;
+  }
+}
+
+int forge_recalib_image_moments(const int8_t* x, int32_t N, int32_t HW,
+                                int32_t C, const forge_recalib_quant* quant,
+                                float* pending, void* scratch,
+                                size_t scratch_bytes, const char** msg) {
+  uint8_t* base = (uint8_t*)scratch;
+  int64_t* s2;
+  int32_t *s1, *s2_blk, n, c, m_zx;
+  int64_t m64;
+  float m_f, mm_f;
+  if (x == NULL || quant == NULL || pending == NULL || scratch == NULL) {
+    return set_msg(msg, FORGE_RECALIB_ERR_NULL, "a required pointer is NULL");
+  }
+  if (N < 1 || HW < 1 || N > FORGE_RECALIB_MAX_M || HW > FORGE_RECALIB_MAX_M ||
+      (int64_t)N * (int64_t)HW > FORGE_RECALIB_MAX_M) {
+    return set_msg(msg, FORGE_RECALIB_ERR_SHAPE,
+                   "N*H*W per channel must be in [1, 2^22]");
+  }
+  if (C < 1 || C > FORGE_RECALIB_MAX_C) {
+    return set_msg(msg, FORGE_RECALIB_ERR_SHAPE,
+                   "channel count must be in [1, 65536]");
+  }
+  if (quant->magic != FORGE_RECALIB_QUANT_MAGIC) {
+    return set_msg(msg, FORGE_RECALIB_ERR_QUANT,
+                   "quant was not built by forge_recalib_prepare_quant");
+  }
+  if (((uintptr_t)scratch & 7u) != 0 ||
+      scratch_bytes < forge_recalib_scratch_bytes_affine(C)) {
+    return set_msg(msg, FORGE_RECALIB_ERR_SCRATCH,
+                   "scratch too small or not 8-byte aligned");
+  }
+  s2 = (int64_t*)base;
+  s1 = (int32_t*)(base + (size_t)8 * (size_t)C);
+  s2_blk = (int32_t*)(base + (size_t)12 * (size_t)C);
+  m64 = HW;
+  m_f = (float)HW;
+  mm_f = i64_to_f32(m64 * m64);
+  m_zx = HW * quant->z_x;
+  for (n = 0; n < N; ++n) {
+    float* mean_out = pending + (size_t)n * (size_t)C;
+    float* var_out = pending + ((size_t)N + (size_t)n) * (size_t)C;
+    stats_pass(x + (size_t)n * (size_t)HW * (size_t)C, HW, C, s2, s1, s2_blk);
+    for (c = 0; c < C; ++c) {
+      const int64_t s1c = s1[c];
+      const float mq = (float)(s1[c] - m_zx) / m_f;
+      const float var_q = i64_to_f32(m64 * s2[c] - s1c * s1c) / mm_f;
+      mean_out[c] = quant->s_x * mq;
+      var_out[c] = quant->sx2 * var_q;
+    }
+  }
+  return set_msg(msg, FORGE_RECALIB_OK, "ok");
+}
+
+int forge_recalib_classes_commit(const float* pending, const int32_t* labels,
+                                 int32_t N, int32_t C,
+                                 const forge_recalib_options* opts,
+                                 float* class_state, const char** msg) {
+  int32_t K, n, c;
+  size_t kc;
+  float rate, om;
+  int status;
+  if (pending == NULL || labels == NULL || opts == NULL || class_state == NULL) {
+    return set_msg(msg, FORGE_RECALIB_ERR_NULL, "a required pointer is NULL");
+  }
+  status = forge_recalib_validate_options(opts, msg);
+  if (status != FORGE_RECALIB_OK) return status;
+  K = opts->classes;
+  if (K == 0) {
+    return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS,
+                   "class commit without the classes option");
+  }
+  if (N < 1 || N > FORGE_RECALIB_MAX_M || C < 1 || C > FORGE_RECALIB_MAX_C) {
+    return set_msg(msg, FORGE_RECALIB_ERR_SHAPE, "N or C out of range");
+  }
+  for (n = 0; n < N; ++n) {
+    if (labels[n] < -1 || labels[n] >= K) {
+      return set_msg(msg, FORGE_RECALIB_ERR_SHAPE,
+                     "a label must be a class in [0, K) or -1");
+    }
+  }
+  if (opts->use_window) {
+    rate = (float)K / (float)opts->window;
+  } else {
+    rate = (float)K * opts->momentum;
+  }
+  if (rate > 1.0f) rate = 1.0f;
+  om = 1.0f - rate;
+  kc = (size_t)K * (size_t)C;
+  for (n = 0; n < N; ++n) {
+    const float* mean_in = pending + (size_t)n * (size_t)C;
+    const float* var_in = pending + ((size_t)N + (size_t)n) * (size_t)C;
+    float* cmu;
+    float* cvar;
+    if (labels[n] < 0) continue;
+    cmu = class_state + (size_t)labels[n] * (size_t)C;
+    cvar = class_state + kc + (size_t)labels[n] * (size_t)C;
+    for (c = 0; c < C; ++c) {
+      const float mu_keep = om * cmu[c];
+      const float mu_add = rate * mean_in[c];
+      const float mu_new = mu_keep + mu_add;
+      float v_used = var_in[c];
+      float var_keep, var_add;
+      if (opts->variance == FORGE_RECALIB_VAR_RUNNING) {
+        const float d = mean_in[c] - mu_new;
+        const float d2 = d * d;
+        v_used = var_in[c] + d2;
+      }
+      var_keep = om * cvar[c];
+      var_add = rate * v_used;
+      cmu[c] = mu_new;
+      cvar[c] = var_keep + var_add;
+    }
+  }
+  return set_msg(msg, FORGE_RECALIB_OK, "ok");
+}
+
+int32_t forge_recalib_argmax_s8(const int8_t* logits, int32_t K) {
+  int32_t k, best = 0;
+  for (k = 1; k < K; ++k) {
+    if (logits[k] > logits[best]) best = k;
+  }
+  return best;
 }
 
 int forge_recalib_s8_ansi_path(const int8_t* x, int8_t* y, int32_t N,

@@ -89,6 +89,8 @@ const char* forge_recalib_path_name(int32_t code);
 #define FORGE_RECALIB_SCALE_MAX 1099511627776.0f /* 2^40 */
 #define FORGE_RECALIB_TARGET_MAX 1099511627776.0f /* |beta|, gamma_abs */
 #define FORGE_RECALIB_DEFAULT_EPS 1e-5f
+/* Option `classes` (K): at most this many classes. */
+#define FORGE_RECALIB_MAX_CLASSES 256
 /* Larger custom_options are rejected (a valid map is about 100 bytes). */
 #define FORGE_RECALIB_MAX_OPTIONS_BYTES 512
 /* AUTO uses the table when a channel has at least this many elements (and the
@@ -120,7 +122,8 @@ const char* forge_recalib_path_name(int32_t code);
   X(window, INT)                       \
   X(eps, FLOAT)                        \
   X(activation, ACTIVATION)            \
-  X(variance, VARIANCE)
+  X(variance, VARIANCE)                \
+  X(classes, INT)
 
 typedef struct {
   int32_t use_window; /* 0: fixed momentum, 1: window (m = min(1, N/W)) */
@@ -129,6 +132,8 @@ typedef struct {
   float eps;          /* finite, > 0 */
   int32_t activation; /* forge_recalib_activation */
   int32_t variance;   /* forge_recalib_variance */
+  int32_t classes;    /* 0: off; K in [2, FORGE_RECALIB_MAX_CLASSES]: class-
+                         balanced statistics (SPEC "Class-balanced statistics") */
 } forge_recalib_options;
 
 /* Quantization constants, computed once by forge_recalib_prepare_quant. */
@@ -189,6 +194,46 @@ int forge_recalib_s8_ansi_path(const int8_t* x, int8_t* y, int32_t N,
                                const forge_recalib_quant* quant, int32_t mode,
                                int32_t path, void* scratch,
                                size_t scratch_bytes, const char** msg);
+
+/* ------------------------------------- Class-balanced statistics (K > 0)
+ * SPEC.md "Class-balanced statistics": a layer above the per-channel core. An
+ * adapt invocation is
+ *   forge_recalib_classes_mixture(...)       class state -> state (mu, var)
+ *   forge_recalib_s8_<variant>(..., FORGE_RECALIB_MODE_FROZEN, ...)
+ *   forge_recalib_image_moments(...)         x -> pending (until the labels)
+ * and once the prediction exists, forge_recalib_classes_commit(...) moves each
+ * image's moments into its predicted class. Every variant is reused unchanged.
+ * Layouts (float32): offsets [K][C] (the clean class means minus their average,
+ * flash); class_state [K][C] means then [K][C] variances (8*K bytes per
+ * channel); pending [N][C] means then [N][C] variances (8*N bytes per channel). */
+
+/* Offsets finite with |o| <= 2^40, K in [2, FORGE_RECALIB_MAX_CLASSES]. */
+int forge_recalib_check_offsets(const float* offsets, int32_t C, int32_t K,
+                                const char** msg);
+/* The class state of a reset (validates targets and offsets). */
+int forge_recalib_classes_reset(const float* beta, const float* gamma_abs,
+                                const float* offsets, int32_t C, int32_t K,
+                                float* class_state, const char** msg);
+/* Repairs unusable channels of class_state, then writes the class mixture's
+ * (mu, var) into state[2C]. Inputs assumed validated. */
+void forge_recalib_classes_mixture(const float* beta, const float* gamma_abs,
+                                   const float* offsets, int32_t C, int32_t K,
+                                   float* class_state, float* state);
+/* Each image's mean and variance of x[N][HW][C] (SPEC step 2 with M = HW)
+ * into pending; scratch as for forge_recalib_s8_* (the stats area). */
+int forge_recalib_image_moments(const int8_t* x, int32_t N, int32_t HW,
+                                int32_t C, const forge_recalib_quant* quant,
+                                float* pending, void* scratch,
+                                size_t scratch_bytes, const char** msg);
+/* labels[N]: each image's class in [0, K), or -1 (it does not enter). Images
+ * enter in order, each at rate min(1, K / window) (or min(1, K * momentum)). */
+int forge_recalib_classes_commit(const float* pending, const int32_t* labels,
+                                 int32_t N, int32_t C,
+                                 const forge_recalib_options* opts,
+                                 float* class_state, const char** msg);
+/* The label of one image: the index of the largest int8 logit, the lowest
+ * index on ties (exact on every target). */
+int32_t forge_recalib_argmax_s8(const int8_t* logits, int32_t K);
 
 /* Internal: the hot loops a target variant may replace (forge_recalib_s8_hooked
  * runs the whole invocation, validation and every float32 step of the SPEC

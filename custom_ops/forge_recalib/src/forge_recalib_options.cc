@@ -131,7 +131,7 @@ int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
     return Fail(msg, "malformed flexbuffer options: key/value count mismatch");
   }
   bool has_momentum = false, has_window = false, has_eps = false,
-       has_activation = false, has_variance = false;
+       has_activation = false, has_variance = false, has_classes = false;
   for (size_t i = 0; i < keys.size(); ++i) {
     const flexbuffers::Reference key_ref = keys[i];
     if (!key_ref.IsKey()) return Fail(msg, "malformed flexbuffer options: key");
@@ -183,9 +183,25 @@ int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
                       &out->variance)) {
         return Fail(msg, "unknown variance estimator (batch, running)");
       }
+    } else if (KeyIs(key, "classes")) {
+      if (has_classes) return Fail(msg, "duplicate option key 'classes'");
+      has_classes = true;
+      int64_t k;
+      if (v.IsUInt()) {
+        const uint64_t u = v.AsUInt64();
+        k = u > FORGE_RECALIB_MAX_CLASSES ? -1 : static_cast<int64_t>(u);
+      } else if (v.IsInt()) {
+        k = v.AsInt64();
+      } else {
+        return Fail(msg, "option 'classes' must be an integer");
+      }
+      if (k != 0 && !(k >= 2 && k <= FORGE_RECALIB_MAX_CLASSES)) {
+        return Fail(msg, "classes must be 0 (off) or in [2, 256]");
+      }
+      out->classes = static_cast<int32_t>(k);
     } else {
       return Fail(msg, "unknown option key (momentum, window, eps, activation, "
-                       "variance)");
+                       "variance, classes)");
     }
   }
   if (has_momentum == has_window) {

@@ -1,0 +1,181 @@
+"""Class-balanced statistics (option `classes`, SPEC "Class-balanced statistics"):
+the C core against the numpy reference, bit for bit, outputs, class state and pending
+moments, over randomized streams with deferred commits, every host variant and path."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from forge_tflm import ops
+from forge_tflm.ops import reference
+from tests.ops import cases
+
+
+def _bits(a):
+  return np.ascontiguousarray(a, np.float32).view(np.uint32)
+
+
+def _class_case(rng, steps=6):
+  """A random op case (cases.random_case) with K classes and offsets around its
+  targets, window-rate options (momentum also drawn) and both variance estimators."""
+  case = cases.random_case(rng, steps=steps)
+  k = int(rng.choice([2, 3, 10, 17]))
+  c = case.beta.shape[0]
+  spread = np.where(case.gamma_abs > 0, case.gamma_abs, 1.0)
+  offsets = (rng.normal(0, 1, (k, c)) * spread * rng.uniform(0, 2)).astype(np.float32)
+  offsets = np.clip(offsets, -2.0**40, 2.0**40).astype(np.float32)
+  opts = dataclasses.replace(case.opts, classes=k)
+  return case, opts, offsets
+
+
+_RUNS = [("affine", "default"), ("lut", "default"), ("affine", "ansi"),
+         ("affine", "avx2")]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_class_balanced_streams_match_the_reference_bit_for_bit(seed):
+  rng = np.random.default_rng([2611, seed])
+  for trial in range(40):
+    case, opts, offsets = _class_case(rng)
+    ref = ops.RecalibState(case.beta, case.gamma_abs, offsets)
+    nodes = [ops.RecalibOp(opts, case.quant, case.beta, case.gamma_abs, offsets=offsets)
+             for _ in _RUNS]
+    for step, (x, mode) in enumerate(zip(case.batches, case.modes)):
+      y_ref = ops.forge_recalib_reference(x, ref, opts, case.quant, mode)
+      for (path, variant), node in zip(_RUNS, nodes):
+        where = f"trial {trial} step {step} {mode} {path}/{variant} {opts} {case.quant}"
+        y = node(x, mode, path=path, variant=variant)
+        np.testing.assert_array_equal(y, y_ref, err_msg=where)
+        np.testing.assert_array_equal(_bits(node.state.data), _bits(ref.data), where)
+        np.testing.assert_array_equal(_bits(node.state.classes), _bits(ref.classes),
+                                      where)
+        assert (node.state.pending is None) == (ref.pending is None), where
+        if ref.pending is not None:
+          np.testing.assert_array_equal(_bits(node.state.pending), _bits(ref.pending),
+                                        where)
+      if rng.integers(4):  # Sometimes no commit: the next adapt call replaces them.
+        labels = rng.integers(-1, opts.classes, len(x)).astype(np.int32)
+        ops.forge_recalib_reference_commit(labels, ref, opts)
+        for node in nodes:
+          node.commit(labels)
+          np.testing.assert_array_equal(_bits(node.state.classes), _bits(ref.classes),
+                                        f"trial {trial} commit {step}")
+          assert node.state.pending is None
+      assert np.all(np.isfinite(ref.classes))
+
+
+def test_reset_state_is_the_clean_targets_up_to_rounding():
+  """An unshifted stream is (nearly) a no-op: the mixture of the reset class state
+  is (beta, gamma^2) up to float32 rounding when the within-class floor is not hit."""
+  rng = np.random.default_rng(3)
+  c, k = 32, 10
+  beta = rng.normal(0, 1, c).astype(np.float32)
+  gamma = rng.uniform(0.5, 2, c).astype(np.float32)
+  offsets = rng.normal(0, 0.3, (k, c)).astype(np.float32)
+  offsets -= offsets.mean(0, dtype=np.float32)
+  state = ops.RecalibState(beta, gamma, offsets)
+  cs, mix = reference.classes_mixture(beta, gamma, offsets, state.classes)
+  np.testing.assert_allclose(mix[:c], beta, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(mix[c:], gamma * gamma, rtol=1e-5)
+  c_state = np.empty((2, k, c), np.float32)
+  ops.core().classes_reset(beta, gamma, offsets, c_state)
+  assert c_state.tobytes() == state.classes.tobytes()
+
+
+def test_unusable_class_channels_are_repaired_identically():
+  rng = np.random.default_rng(5)
+  case, opts, offsets = _class_case(rng, steps=1)
+  x = case.batches[0]
+  outs = []
+  for fn in ("c", "reference"):
+    node = ops.RecalibOp(opts, case.quant, case.beta, case.gamma_abs, offsets=offsets)
+    node.state.classes[0, 0, 0] = np.nan
+    node.state.classes[1, 1, -1] = -1.0
+    y = node(x, "adapt") if fn == "c" else node.reference(x, "adapt")
+    assert np.isfinite(node.state.classes).all() and (node.state.classes[1] >= 0).all()
+    outs.append((y, node.state.classes.tobytes(), node.state.data.tobytes()))
+  assert outs[0][1:] == outs[1][1:]
+  np.testing.assert_array_equal(outs[0][0], outs[1][0])
+
+
+def test_source_and_frozen_leave_the_class_state_and_pending_alone():
+  rng = np.random.default_rng(9)
+  case, opts, offsets = _class_case(rng, steps=1)
+  x = case.batches[0]
+  node = ops.RecalibOp(opts, case.quant, case.beta, case.gamma_abs, offsets=offsets)
+  node(x, "adapt")
+  pending, classes = node.state.pending.copy(), node.state.classes.copy()
+  clean = ops.RecalibOp(case.opts, case.quant, case.beta, case.gamma_abs)
+  np.testing.assert_array_equal(node(x, "source"), clean(x, "source"))
+  node(x, "frozen")
+  assert node.state.pending.tobytes() == pending.tobytes()
+  assert node.state.classes.tobytes() == classes.tobytes()
+
+
+def test_commit_moves_only_the_labelled_class_at_the_class_rate():
+  c, k = 4, 5
+  beta = np.zeros(c, np.float32)
+  gamma = np.ones(c, np.float32)
+  offsets = np.zeros((k, c), np.float32)
+  opts = ops.RecalibOptions(window=50, classes=k)  # Rate K / W = 0.1 per image.
+  q = ops.QuantParams(1.0, 0, 1.0, 0)
+  node = ops.RecalibOp(opts, q, beta, gamma, offsets=offsets)
+  x = np.full((1, 2, 2, c), 10, np.int8)
+  node(x, "adapt")
+  before = node.state.classes.copy()
+  node.commit([3])
+  moved = np.flatnonzero((node.state.classes != before).any(axis=(0, 2)))
+  assert moved.tolist() == [3]
+  np.testing.assert_allclose(node.state.classes[0, 3], 1.0, rtol=1e-6)  # 0.9*0 + 0.1*10
+  node.commit([0])  # Nothing pending any more: a no-op.
+  assert node.state.classes[0, 0].tolist() == [0.0] * c
+
+
+def test_errors_are_one_line_and_write_nothing():
+  rng = np.random.default_rng(1)
+  case, opts, offsets = _class_case(rng, steps=1)
+  x = case.batches[0]
+  node = ops.RecalibOp(opts, case.quant, case.beta, case.gamma_abs, offsets=offsets)
+  node(x, "adapt")
+  classes = node.state.classes.tobytes()
+  with pytest.raises(ValueError, match=r"label must be a class in \[0, K\) or -1"):
+    node.commit(np.full(len(x), opts.classes, np.int32))
+  with pytest.raises(ValueError, match="labels for"):
+    node.commit(np.zeros(len(x) + 1, np.int32))
+  assert node.state.classes.tobytes() == classes and node.state.pending is not None
+  with pytest.raises(ValueError, match="classes=None, the state has"):
+    ops.RecalibOp(case.opts, case.quant, case.beta, case.gamma_abs, offsets=offsets)
+  with pytest.raises(ValueError, match="no class offsets"):
+    ops.RecalibOp(opts, case.quant, case.beta, case.gamma_abs)
+  with pytest.raises(ValueError, match="commit needs the classes option"):
+    ops.RecalibOp(case.opts, case.quant, case.beta, case.gamma_abs).commit([0])
+  bad = offsets.copy()
+  bad[0, 0] = np.nan
+  with pytest.raises(ValueError, match="class offsets must be finite"):
+    ops.RecalibState(case.beta, case.gamma_abs, bad)
+  with pytest.raises(ValueError, match="class offsets must be finite"):
+    ops.core().classes_reset(case.beta, case.gamma_abs, bad,
+                             np.empty((2,) + bad.shape, np.float32))
+
+
+@pytest.mark.parametrize("classes", [1, 257, -1, True, 2.0])
+def test_classes_option_range(classes):
+  with pytest.raises(ValueError, match="classes must be"):
+    ops.RecalibOptions(window=640, classes=classes)
+
+
+def test_classes_option_round_trips_and_off_is_not_written():
+  opts = ops.RecalibOptions(window=640, classes=10)
+  assert ops.decode_options(ops.encode_options(opts)) == opts
+  off = ops.RecalibOptions(window=640, classes=0)
+  assert off.classes is None and b"classes" not in ops.encode_options(off)
+  assert "classes" not in off.to_json()
+
+
+def test_argmax_takes_the_lowest_index_on_ties():
+  logits = np.array([[3, 7, 7, -1], [-128, -128, -128, -128], [0, 1, 2, 127]], np.int8)
+  assert ops.argmax_s8(logits).tolist() == [1, 0, 3]
+  assert reference.argmax_s8(logits).tolist() == [1, 0, 3]
