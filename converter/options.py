@@ -24,6 +24,9 @@ class ConvertOptions:
   parity_check: "error" refuses a conversion whose float model differs from the
     source beyond parity_tolerance (converter/parity.py); "warn" logs and writes it.
   parity_images: calibration images the parity gate compares on.
+  class_images: 0, or the number of labelled calibration images (drawn with
+    calibration_seed) whose class means give every site class-balanced statistics
+    (converter/class_offsets.py; the op's option `classes` = the model's outputs).
   """
 
   sites: str | tuple[str, ...] = "all"
@@ -37,6 +40,7 @@ class ConvertOptions:
   parity_check: str = "error"
   parity_tolerance: float = parity.DEFAULT_TOLERANCE
   parity_images: int = parity.DEFAULT_IMAGES
+  class_images: int = 0
 
   def __post_init__(self):
     if not isinstance(self.recalib, RecalibOptions):
@@ -49,6 +53,10 @@ class ConvertOptions:
       raise ValueError(f"parity_tolerance must be > 0, got {self.parity_tolerance}")
     if self.parity_images < 1:
       raise ValueError("parity_images must be >= 1")
+    if self.class_images < 0:
+      raise ValueError("class_images must be >= 0 (0: no class-balanced statistics)")
+    if self.class_images and self.recalib.classes is not None:
+      raise ValueError("recalib.classes is set by the converter (class_images), not given")
     if self.preact_range != "minmax":
       kind, _, p = self.preact_range.partition(":")
       try:

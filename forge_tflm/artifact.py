@@ -125,11 +125,12 @@ class SiteRecord:
 
   @property
   def target_bytes(self) -> int:
-    return BYTES_PER_CHANNEL_TARGETS * self.channels
+    """Flash constants: the targets, and the class offsets with class-balanced stats."""
+    return BYTES_PER_CHANNEL_TARGETS * self.channels + self.memory.offsets_flash
 
   @property
   def memory(self) -> NodeMemory:
-    return NodeMemory(self.channels)
+    return NodeMemory(self.channels, self.options.classes or 0)
 
   def to_json(self) -> dict:
     return {"name": self.name, "conv": self.conv, "kind": self.kind,
@@ -176,7 +177,8 @@ class Manifest:
 
   @property
   def state_bytes(self) -> int:
-    """FORGE's running statistics: SRAM, 8 B per adapted channel."""
+    """FORGE's running statistics: SRAM, 8 B per adapted channel (8 + 8 K + 8 with K
+    classes of class-balanced statistics at batch 1)."""
     return sum(s.state_bytes for s in self.sites)
 
   @property

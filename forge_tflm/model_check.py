@@ -891,6 +891,7 @@ class ForgeNodeSpec:
   quant: object            # forge_tflm.ops.QuantParams
   beta: np.ndarray         # float32 [C]
   gamma_abs: np.ndarray    # float32 [C]
+  offsets: np.ndarray | None = None  # float32 [K, C] with option classes = K
 
 
 def forge_node(model: "schema.ModelT", op_index: int, source: str = "model"
@@ -928,8 +929,10 @@ def forge_node(model: "schema.ModelT", op_index: int, source: str = "model"
     fail(f"invalid options: {e}")
   inputs = [] if op.inputs is None else [int(t) for t in op.inputs]
   outputs = [] if op.outputs is None else [int(t) for t in op.outputs]
-  if len(inputs) != 3:
-    fail(f"has {len(inputs)} inputs, expects 3 (x, beta, gamma_abs)")
+  want = 3 if options.classes is None else 4
+  if len(inputs) != want:
+    fail(f"has {len(inputs)} inputs, expects {want} (x, beta, gamma_abs"
+         + (")" if want == 3 else f", class_offsets: option classes={options.classes})"))
   if len(outputs) != 1:
     fail(f"has {len(outputs)} outputs, expects 1")
   n = len(sg.tensors)
@@ -938,7 +941,7 @@ def forge_node(model: "schema.ModelT", op_index: int, source: str = "model"
       fail(f"input {k} is missing (index {t})")
   if not 0 <= outputs[0] < n:
     fail(f"output 0 is missing (index {outputs[0]})")
-  x, beta_t, gamma_t = (sg.tensors[t] for t in inputs)
+  x, beta_t, gamma_t = (sg.tensors[t] for t in inputs[:3])
   y = sg.tensors[outputs[0]]
   if x.type != T.INT8:
     fail(f"{label(0)} must be int8")
@@ -981,6 +984,21 @@ def forge_node(model: "schema.ModelT", op_index: int, source: str = "model"
     if data.size != c:
       fail(f"{label(k)}: constant data holds {data.size} values, not {c}")
     consts.append(np.ascontiguousarray(data.reshape(c), np.float32))
+  offsets = None
+  if options.classes is not None:
+    o_t, k = sg.tensors[inputs[3]], options.classes
+    if o_t.type != T.FLOAT32 or shape(o_t) != (k, c):
+      fail(f"{label(3)} must be float32 [K, C] = [{k}, {c}] (the class offsets), is"
+           f" {_TYPE_NAMES.get(o_t.type)} {_fmt_shape(shape(o_t))}")
+    try:
+      data = tg.buffer_array(model, o_t)
+    except (ValueError, IndexError) as e:
+      fail(f"{label(3)}: unreadable constant data ({e})")
+    if data is None:
+      fail(f"{label(3)} must be a constant tensor")
+    if data.size != k * c:
+      fail(f"{label(3)}: constant data holds {data.size} values, not {k * c}")
+    offsets = np.ascontiguousarray(data.reshape(k, c), np.float32)
   quants = []
   for k, kind, t in ((0, "input", x), (0, "output", y)):
     q = t.quantization
@@ -993,11 +1011,11 @@ def forge_node(model: "schema.ModelT", op_index: int, source: str = "model"
     quants.append((float(np.float32(scales[0])), int(zeros[0])))
   quant = QuantParams(quants[0][0], quants[0][1], quants[1][0], quants[1][1])
   try:  # The C core's Prepare: quantization and targets (same code as the kernel).
-    RecalibOp(options, quant, consts[0], consts[1])
+    RecalibOp(options, quant, consts[0], consts[1], offsets=offsets)
   except ValueError as e:
     fail(str(e))
   return ForgeNodeSpec(op_index, inputs[0], outputs[0], options, quant, consts[0],
-                       consts[1])
+                       consts[1], offsets)
 
 
 # -- entry point ------------------------------------------------------------------------

@@ -61,6 +61,10 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
                      flag_values=fv)
   flags.DEFINE_integer("parity_images", d.parity_images, "Calibration images the gate"
                        " compares on.", lower_bound=1, flag_values=fv)
+  flags.DEFINE_integer("class_images", d.class_images, "0, or labelled calibration images"
+                       " whose class means give every site class-balanced statistics"
+                       " (the defence against label-correlated streams).", lower_bound=0,
+                       flag_values=fv)
   return fv
 
 
@@ -101,7 +105,8 @@ def run(fv: flags.FlagValues, command: str) -> int:
       eps_from_bn="eps" not in given, input_contract=input_contract(fv),
       calibration_size=fv.calibration_size, preact_range=fv.preact_range,
       c_array=fv.c_array, parity_check=fv.parity_check,
-      parity_tolerance=fv.parity_tolerance, parity_images=fv.parity_images)
+      parity_tolerance=fv.parity_tolerance, parity_images=fv.parity_images,
+      class_images=fv.class_images)
   # Inputs and outputs next, still before TensorFlow loads (~10 s).
   from forge_tflm.converter import outputs
   from forge_tflm.fileio import check_input_file

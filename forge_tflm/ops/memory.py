@@ -14,6 +14,11 @@ import dataclasses
 from forge_tflm.ops.options import core
 
 STATE_BYTES_PER_CHANNEL = 8  # mu, var: float32 each (SPEC.md "State").
+# With option classes = K (SPEC "Class-balanced statistics"), per channel: the class
+# state (mean, variance per class) and, per image of the batch, the pending moments.
+CLASS_STATE_BYTES_PER_CHANNEL_PER_CLASS = 8
+PENDING_BYTES_PER_CHANNEL_PER_IMAGE = 8
+OFFSET_BYTES_PER_CHANNEL_PER_CLASS = 4  # float32 [K, C] constant (flash).
 
 
 def _aligned(n: int) -> int:
@@ -32,10 +37,25 @@ class NodeMemory:
   exceeds the model's peak); the table path needs scratch_table.
   """
   channels: int
+  classes: int = 0  # K of class-balanced statistics; 0: off.
+  batch: int = 1    # Images per invocation (pending moments); a device runs 1.
+
+  @property
+  def state_per_channel(self) -> int:
+    """SRAM bytes of state per channel: 8, plus 8 K + 8 N with K classes."""
+    extra = 0
+    if self.classes:
+      extra = (CLASS_STATE_BYTES_PER_CHANNEL_PER_CLASS * self.classes
+               + PENDING_BYTES_PER_CHANNEL_PER_IMAGE * self.batch)
+    return STATE_BYTES_PER_CHANNEL + extra
 
   @property
   def state(self) -> int:
-    return STATE_BYTES_PER_CHANNEL * self.channels
+    return self.state_per_channel * self.channels
+
+  @property
+  def offsets_flash(self) -> int:
+    return OFFSET_BYTES_PER_CHANNEL_PER_CLASS * self.classes * self.channels
 
   @property
   def op_data(self) -> int:
@@ -59,7 +79,11 @@ class NodeMemory:
     return core().scratch_bytes(self.channels)[1]
 
   def to_json(self) -> dict:
-    return {"state_bytes": self.state, "op_data_bytes_32bit": self.op_data,
+    out = {"state_bytes": self.state, "state_bytes_per_channel": self.state_per_channel}
+    if self.classes:
+      out.update(classes=self.classes, batch=self.batch,
+                 class_offsets_bytes_flash=self.offsets_flash)
+    return out | {"op_data_bytes_32bit": self.op_data,
             "tflm_node_bytes_32bit": self.tflm_node,
             "arena_bytes_32bit": self.persistent_arena,
             "scratch_bytes": self.scratch_table, "scratch_bytes_affine": self.scratch_affine}

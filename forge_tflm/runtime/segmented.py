@@ -32,7 +32,7 @@ from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 from forge_tflm import model_check
 from forge_tflm import tflite_graph as tg
-from forge_tflm.ops import QuantParams, RecalibOp, RecalibOptions
+from forge_tflm.ops import QuantParams, RecalibOp, RecalibOptions, argmax_s8
 from forge_tflm.quiet import native_output_hidden
 from forge_tflm.runtime.tflm_kernels import TFLM_HOST_BUILTINS
 
@@ -275,7 +275,8 @@ class SegmentedModel:
     spec = model_check.forge_node(model, i, self.source)
     node = ForgeNode(name=self._site_names.get(i, f"{tg.FORGE_RECALIB}@{i}"), op_index=i,
                      input=spec.input, output=spec.output,
-                     op=RecalibOp(spec.options, spec.quant, spec.beta, spec.gamma_abs))
+                     op=RecalibOp(spec.options, spec.quant, spec.beta, spec.gamma_abs,
+                                  offsets=spec.offsets))
     self.nodes.append(node)
     return node
 
@@ -297,6 +298,23 @@ class SegmentedModel:
     """Restores every FORGE node to its clean targets (start of a stream)."""
     for node in self.nodes:
       node.state.reset()
+
+  @property
+  def class_balanced(self) -> bool:
+    """Some site keeps class-balanced statistics: each adapt run() must be followed by
+    commit() with the predictions (SPEC "Class-balanced statistics")."""
+    return any(n.op.class_balanced for n in self.nodes)
+
+  def commit(self, y: np.ndarray) -> None:
+    """The deferred class update after an adapt run(): y is that run's int8 output
+    [N, K]; each image enters its predicted class (argmax, lowest index on ties) at
+    every class-balanced site. A no-op for other sites and when nothing is pending."""
+    if not self.class_balanced:
+      return
+    labels = argmax_s8(np.asarray(y).reshape(len(y), -1))
+    for node in self.nodes:
+      if node.op.class_balanced:
+        node.op.commit(labels)
 
   def get_state(self) -> list[np.ndarray]:
     return [n.state.data.copy() for n in self.nodes]
@@ -354,7 +372,9 @@ class SegmentedModel:
     """Runs a batch of int8 inputs [N, ...]; returns the int8 output.
 
     mode: "adapt" updates FORGE state; "frozen" normalizes with the current state;
-    "source" with the clean targets, leaving the state as it is.
+    "source" with the clean targets, leaving the state as it is. Class-balanced sites
+    get this run's predictions after an adapt run (commit), as a device app does
+    after its Invoke.
     """
     if mode not in (ADAPT, FROZEN, SOURCE):
       raise ValueError(f"mode must be {ADAPT!r}, {FROZEN!r} or {SOURCE!r}, not {mode!r}")
@@ -387,9 +407,12 @@ class SegmentedModel:
         else:
           _, fn, t_in, t_out = step
           values[t_out] = fn(values[t_in])
-      return np.array(values[self._graph_outputs[0]])  # Own copy for the caller.
+      y = np.array(values[self._graph_outputs[0]])  # Own copy for the caller.
     finally:
       values.clear()  # Drop the views before any segment can run again.
+    if mode == ADAPT:
+      self.commit(y)
+    return y
 
   def _run_forge(self, k: int, node: ForgeNode, values: dict, written: dict,
                  mode: str) -> None:

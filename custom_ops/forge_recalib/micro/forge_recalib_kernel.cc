@@ -4,8 +4,10 @@
  *                      quantized (s_x, z_x)
  *          1 beta      float32 [C], constant (clean BN shift)
  *          2 gamma_abs float32 [C], constant (|BN scale|)
+ *          3 class_offsets float32 [K, C], constant, with option classes = K
  * Output:  0 y         int8, shape of x, per-tensor quantized (s_y, z_y)
- * Options: flexbuffer map {momentum | window, eps, activation, variance}.
+ * Options: flexbuffer map {momentum | window, eps, activation, variance,
+ *          classes}.
  *
  * Per invocation, M = N * (product of the middle dims) elements per channel c:
  *   adapt mode (statistics of the int8 values q, exact integer sums):
@@ -29,6 +31,14 @@
  *   in Prepare, by the TFLM reset hook (MicroInterpreter::Reset) and at the
  *   first Eval after the interpreter's control asked for it. Targets
  *   beta/gamma_abs stay in flash.
+ * Class-balanced statistics (classes = K > 0; SPEC "Class-balanced
+ *   statistics"): the state block grows to [mu, var | cmu[K][C], cvar[K][C] |
+ *   pmean[N][C], pvar[N][C]] (8 + 8K + 8N bytes/channel). Adapt and frozen
+ *   Evals normalize with the class mixture (mu = mean_k cmu_k, var = mean_k
+ *   (cvar_k + (cmu_k - mu)^2)) written into [mu, var], run the core in frozen
+ *   mode, and an adapt Eval keeps each image's (mean, var) pending; the labels
+ *   the app commits through the control (argmax of the output) move them into
+ *   their classes at rate min(1, K/W) per image, at the op's next Eval.
  * Controls (per interpreter, no globals): the forge_tflm::ForgeRecalibControl
  *   attached with MicroInterpreter::SetMicroExternalContext, read at every
  *   Eval: mode (adapt / frozen) and reset_generation (an op resets when it
@@ -36,7 +46,7 @@
  *   control attached: adapt, reset only by the reset hook. Another payload
  *   in the slot: Eval fails (it would be misread).
  * Op data (persistent, per node): options, quantization constants, state and
- *   target pointers, shape: FORGE_RECALIB_OP_DATA_BYTES_ILP32 (112 B) on 32-bit
+ *   target pointers, shape: FORGE_RECALIB_OP_DATA_BYTES_ILP32 (128 B) on 32-bit
  *   targets, checked below. Invalid options are logged by Init, which then
  *   allocates nothing and Prepare fails.
  * Scratch (non-persistent arena): forge_recalib_scratch_bytes(C) = 280 B/ch
@@ -66,6 +76,7 @@ namespace {
 constexpr int kInputX = 0;
 constexpr int kInputBeta = 1;
 constexpr int kInputGamma = 2;
+constexpr int kInputOffsets = 3;
 constexpr int kOutputY = 0;
 
 // Only what Eval and the reset hook need: every node pays for it (an option
@@ -73,13 +84,39 @@ constexpr int kOutputY = 0;
 struct OpData {
   forge_recalib_options opts;
   forge_recalib_quant quant;
-  float* state;             // 2*C floats, persistent arena
+  float* state;             // 2*C floats (+ class state, pending), persistent
   const float* beta;        // constant tensor data (flatbuffer / flash), for
   const float* gamma_abs;   // the reset hook, which has no node
+  const float* offsets;     // [K][C] with classes = K, else nullptr
   int32_t n, hw, c;
   int scratch_index;
   uint32_t seen_generation;  // control->reset_generation last applied
+  uint32_t seen_labels;      // control->label_generation last applied
+  int32_t pending;           // 1: the last adapt Eval's moments await labels
 };
+
+float* ClassState(OpData* d) { return d->state + 2 * static_cast<size_t>(d->c); }
+float* Pending(OpData* d) {
+  return ClassState(d) +
+         2 * static_cast<size_t>(d->opts.classes) * static_cast<size_t>(d->c);
+}
+
+size_t StateFloats(const OpData* d, int32_t c) {
+  size_t k = static_cast<size_t>(d->opts.classes);
+  return 2 * static_cast<size_t>(c) *
+         (1 + (k > 0 ? k + static_cast<size_t>(d->n) : 0));
+}
+
+// Every reset (Prepare, the reset hook, a control request).
+void ResetState(OpData* d, const float* beta, const float* gamma_abs) {
+  const char* msg;
+  forge_recalib_state_reset(beta, gamma_abs, d->c, d->state, &msg);
+  if (d->opts.classes > 0) {
+    forge_recalib_classes_reset(beta, gamma_abs, d->offsets, d->c,
+                                d->opts.classes, ClassState(d), &msg);
+    d->pending = 0;
+  }
+}
 
 // The manifest's memory figures (forge_tflm.artifact) come from these
 // constants; a 32-bit build checks them against the real layouts.
@@ -159,7 +196,7 @@ void* Init(TfLiteContext* context, const char* buffer, size_t length) {
 TfLiteStatus PrepareTensors(TfLiteContext* context, TfLiteNode* node,
                             OpData* data, const TfLiteTensor* x,
                             const TfLiteTensor* beta, const TfLiteTensor* gamma,
-                            const TfLiteTensor* y) {
+                            const TfLiteTensor* offsets, const TfLiteTensor* y) {
   if (x->type != kTfLiteInt8) return Fail("x must be int8");
   if (y->type != kTfLiteInt8) return Fail("y must be int8");
   if (beta->type != kTfLiteFloat32 || gamma->type != kTfLiteFloat32) {
@@ -203,20 +240,34 @@ TfLiteStatus PrepareTensors(TfLiteContext* context, TfLiteNode* node,
       FORGE_RECALIB_OK) {
     return Fail(msg);
   }
+  if (data->opts.classes > 0) {
+    const int32_t k = data->opts.classes;
+    if (offsets->type != kTfLiteFloat32 || tflite::NumDimensions(offsets) != 2 ||
+        offsets->dims->data[0] != k || offsets->dims->data[1] != c ||
+        !tflite::IsConstantTensor(offsets)) {
+      return Fail("class_offsets must be a float32 constant [K, C]");
+    }
+    data->offsets = tflite::GetTensorData<float>(offsets);
+    if (forge_recalib_check_offsets(data->offsets, c, k, &msg) != FORGE_RECALIB_OK) {
+      return Fail(msg);
+    }
+  }
+  const int32_t old_n = data->n;
   data->n = x->dims->data[0];
   data->hw = static_cast<int32_t>(m / data->n);
-  if (data->state == nullptr || data->c != c) {
+  if (data->state == nullptr || data->c != c || old_n != data->n) {
     data->state = static_cast<float*>(context->AllocatePersistentBuffer(
-        context, sizeof(float) * 2 * static_cast<size_t>(c)));
+        context, sizeof(float) * StateFloats(data, c)));
     if (data->state == nullptr) return Fail("cannot allocate state");
   }
   data->c = c;
-  forge_recalib_state_reset(data->beta, data->gamma_abs, c, data->state, &msg);
+  ResetState(data, data->beta, data->gamma_abs);
   // Requests made before Prepare are satisfied by this reset. A foreign
   // payload is reported by Eval (it may be attached after Prepare anyway).
   bool foreign;
   const forge_tflm::ForgeRecalibControl* control = GetControl(context, &foreign);
   data->seen_generation = control != nullptr ? control->reset_generation : 0;
+  data->seen_labels = control != nullptr ? control->label_generation : 0;
   if (context->RequestScratchBufferInArena(context, ScratchBytes(c),
                                            &data->scratch_index) != kTfLiteOk) {
     return Fail("cannot request scratch buffer");
@@ -230,20 +281,30 @@ TfLiteStatus Prepare(TfLiteContext* context, TfLiteNode* node) {
   if (data == nullptr) {
     return Fail("no op data: invalid options (logged by Init) or arena full");
   }
-  if (tflite::NumInputs(node) != 3) return Fail("expects 3 inputs (x, beta, gamma_abs)");
+  if (tflite::NumInputs(node) != (data->opts.classes > 0 ? 4 : 3)) {
+    return Fail(data->opts.classes > 0
+                    ? "expects 4 inputs (x, beta, gamma_abs, class_offsets)"
+                    : "expects 3 inputs (x, beta, gamma_abs)");
+  }
   if (tflite::NumOutputs(node) != 1) return Fail("expects 1 output");
 
   tflite::MicroContext* micro_context = tflite::GetMicroContext(context);
   TfLiteTensor* x = micro_context->AllocateTempInputTensor(node, kInputX);
   TfLiteTensor* beta = micro_context->AllocateTempInputTensor(node, kInputBeta);
   TfLiteTensor* gamma = micro_context->AllocateTempInputTensor(node, kInputGamma);
+  TfLiteTensor* offsets =
+      data->opts.classes > 0
+          ? micro_context->AllocateTempInputTensor(node, kInputOffsets)
+          : nullptr;
   TfLiteTensor* y = micro_context->AllocateTempOutputTensor(node, kOutputY);
   TfLiteStatus status = kTfLiteError;
-  if (x == nullptr || beta == nullptr || gamma == nullptr || y == nullptr) {
+  if (x == nullptr || beta == nullptr || gamma == nullptr || y == nullptr ||
+      (data->opts.classes > 0 && offsets == nullptr)) {
     status = Fail("missing input or output tensor");
   } else {
-    status = PrepareTensors(context, node, data, x, beta, gamma, y);
+    status = PrepareTensors(context, node, data, x, beta, gamma, offsets, y);
   }
+  if (offsets != nullptr) micro_context->DeallocateTempTfLiteTensor(offsets);
   if (x != nullptr) micro_context->DeallocateTempTfLiteTensor(x);
   if (beta != nullptr) micro_context->DeallocateTempTfLiteTensor(beta);
   if (gamma != nullptr) micro_context->DeallocateTempTfLiteTensor(gamma);
@@ -271,22 +332,54 @@ TfLiteStatus Eval(TfLiteContext* context, TfLiteNode* node) {
     return Fail("the interpreter's external context is not a "
                 "forge_tflm::ForgeRecalibControl");
   }
+  const bool classes = data->opts.classes > 0;
   int32_t mode = FORGE_RECALIB_MODE_ADAPT;
   if (control != nullptr) {
     mode = control->mode;
+    // Labels committed since the last Eval: the deferred class update first.
+    if (classes && data->seen_labels != control->label_generation) {
+      data->seen_labels = control->label_generation;
+      if (data->pending) {
+        if (control->labels == nullptr || control->label_count != data->n) {
+          return Fail("CommitLabels needs one label per image of the batch");
+        }
+        if (forge_recalib_classes_commit(Pending(data), control->labels, data->n,
+                                         data->c, &data->opts, ClassState(data),
+                                         &msg) != FORGE_RECALIB_OK) {
+          return Fail(msg);
+        }
+        data->pending = 0;
+      }
+    }
     if (data->seen_generation != control->reset_generation) {
-      forge_recalib_state_reset(beta, gamma_abs, data->c, data->state, &msg);
+      ResetState(data, beta, gamma_abs);
       data->seen_generation = control->reset_generation;
     }
   }
   void* scratch = context->GetScratchBuffer(context, data->scratch_index);
+  const int8_t* x_data = tflite::micro::GetTensorData<int8_t>(x);
+  int32_t core_mode = mode;
+  if (classes && mode != FORGE_RECALIB_MODE_SOURCE) {
+    if (mode == FORGE_RECALIB_MODE_ADAPT) {
+      // Before the output is written: the pending moments of these images.
+      if (forge_recalib_image_moments(x_data, data->n, data->hw, data->c,
+                                      &data->quant, Pending(data), scratch,
+                                      ScratchBytes(data->c), &msg) != FORGE_RECALIB_OK) {
+        return Fail(msg);
+      }
+      data->pending = 1;
+    }
+    forge_recalib_classes_mixture(beta, gamma_abs, data->offsets, data->c,
+                                  data->opts.classes, ClassState(data),
+                                  data->state);
+    core_mode = FORGE_RECALIB_MODE_FROZEN;
+  }
   // The best variant this build compiles (forge_recalib.h: the Cortex-M DSP or
   // Helium one when the build defines FORGE_RECALIB_CORTEXM, else ansi).
   const int status = FORGE_RECALIB_S8_TARGET(
-      tflite::micro::GetTensorData<int8_t>(x),
-      tflite::micro::GetTensorData<int8_t>(y), data->n, data->hw, data->c, beta,
-      gamma_abs, data->state, &data->opts, &data->quant, mode, scratch,
-      ScratchBytes(data->c), &msg);
+      x_data, tflite::micro::GetTensorData<int8_t>(y), data->n, data->hw,
+      data->c, beta, gamma_abs, data->state, &data->opts, &data->quant,
+      core_mode, scratch, ScratchBytes(data->c), &msg);
   if (status != FORGE_RECALIB_OK) return Fail(msg);
   return kTfLiteOk;
 }
@@ -294,13 +387,15 @@ TfLiteStatus Eval(TfLiteContext* context, TfLiteNode* node) {
 void Reset(TfLiteContext* context, void* buffer) {
   OpData* data = static_cast<OpData*>(buffer);
   if (data == nullptr || data->state == nullptr) return;  // Not prepared.
-  const char* msg;
-  forge_recalib_state_reset(data->beta, data->gamma_abs, data->c, data->state,
-                            &msg);
-  // A pending request is satisfied by this reset too.
+  ResetState(data, data->beta, data->gamma_abs);
+  // A pending request is satisfied by this reset too (and labels committed
+  // before it have no images left to move).
   bool foreign;
   const forge_tflm::ForgeRecalibControl* control = GetControl(context, &foreign);
-  if (control != nullptr) data->seen_generation = control->reset_generation;
+  if (control != nullptr) {
+    data->seen_generation = control->reset_generation;
+    data->seen_labels = control->label_generation;
+  }
 }
 
 }  // namespace

@@ -12,6 +12,11 @@
 //   control.SetMode(FORGE_RECALIB_MODE_ADAPT);   // resume (the default)
 //   control.SetMode(FORGE_RECALIB_MODE_SOURCE);  // one pass as the int8 source
 //                    // (clean targets), state kept: the gate's probe
+//   control.CommitLabels(labels, n);  // class-balanced ops (option classes):
+//                    // the last adapt Invoke's n images enter their classes
+//                    // (labels[i] in [0, K) or -1; argmax of the int8 output),
+//                    // applied at each op's next Eval; `labels` must stay
+//                    // valid until then
 //   control.RequestReset();  // every FORGE_RECALIB op of this interpreter
 //                            // restores its clean targets (mu = beta,
 //                            // var = gamma_abs^2) at its next Eval
@@ -48,6 +53,12 @@ struct ForgeRecalibControl {
   // Each op remembers the generation it last applied; a different value
   // means "reset at your next Eval", so one bump reaches every op.
   uint32_t reset_generation = 0;
+  // Class-balanced statistics (SPEC "Commit"): the labels of the last adapt
+  // invocation's images; an op applies them once, when label_generation
+  // differs from the one it last applied.
+  const int32_t* labels = nullptr;
+  int32_t label_count = 0;
+  uint32_t label_generation = 0;
 
   // mode: FORGE_RECALIB_MODE_ADAPT, _FROZEN or _SOURCE; other values are
   // ignored and return false.
@@ -61,6 +72,11 @@ struct ForgeRecalibControl {
     return true;
   }
   void RequestReset() { ++reset_generation; }
+  void CommitLabels(const int32_t* new_labels, int32_t count) {
+    labels = new_labels;
+    label_count = count;
+    ++label_generation;
+  }
 };
 
 // Custom op name in the model: "FORGE_RECALIB".

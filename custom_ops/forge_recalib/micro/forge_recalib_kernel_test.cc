@@ -449,6 +449,47 @@ TF_LITE_MICRO_TEST(InterpreterControlsOnAllCases) {
   }
 }
 
+// Class-balanced statistics (option classes): adapt Invokes with the labels
+// committed through the control in between (applied at the op's next Eval),
+// bit for bit the numpy reference that commits at once; then frozen; then a
+// reset request brings back the clean class state (the first step again).
+TF_LITE_MICRO_TEST(ClassBalancedStreamMatchesReference) {
+  namespace v = forge_recalib_test;
+  const tflite::Model* model = tflite::GetModel(v::kClassesModel);
+  tflite::MicroMutableOpResolver<1> resolver;
+  resolver.AddCustom("FORGE_RECALIB", forge_tflm::Register_FORGE_RECALIB());
+  alignas(16) static uint8_t arena[16 * 1024];
+  tflite::MicroInterpreter interpreter(model, resolver, arena, sizeof(arena));
+  forge_tflm::ForgeRecalibControl control;
+  TF_LITE_MICRO_EXPECT_EQ(kTfLiteOk, interpreter.SetMicroExternalContext(&control));
+  TF_LITE_MICRO_EXPECT_EQ(kTfLiteOk, interpreter.AllocateTensors());
+  TfLiteTensor* in = interpreter.input(0);
+  TfLiteTensor* out = interpreter.output(0);
+  TF_LITE_MICRO_EXPECT_EQ(static_cast<size_t>(v::kClassesElements), in->bytes);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int s = 0; s < v::kClassesSteps; ++s) {
+      memcpy(in->data.int8, v::kClassesInput + s * v::kClassesElements,
+             v::kClassesElements);
+      TF_LITE_MICRO_EXPECT_EQ(kTfLiteOk, interpreter.Invoke());
+      TF_LITE_MICRO_EXPECT_EQ(0, memcmp(out->data.int8,
+                                        v::kClassesExpectedAdapt + s * v::kClassesElements,
+                                        v::kClassesElements));
+      control.CommitLabels(v::kClassesLabels + s * v::kClassesBatch, v::kClassesBatch);
+    }
+    control.SetMode(FORGE_RECALIB_MODE_FROZEN);
+    memcpy(in->data.int8, v::kClassesInput, v::kClassesElements);
+    TF_LITE_MICRO_EXPECT_EQ(kTfLiteOk, interpreter.Invoke());
+    TF_LITE_MICRO_EXPECT_EQ(
+        0, memcmp(out->data.int8, v::kClassesExpectedFrozen, v::kClassesElements));
+    control.SetMode(FORGE_RECALIB_MODE_ADAPT);
+    control.RequestReset();
+  }
+  // Labels for a different batch size are an error at the next Eval.
+  TF_LITE_MICRO_EXPECT_EQ(kTfLiteOk, interpreter.Invoke());
+  control.CommitLabels(v::kClassesLabels, v::kClassesBatch + 1);
+  TF_LITE_MICRO_EXPECT_EQ(kTfLiteError, interpreter.Invoke());
+}
+
 TF_LITE_MICRO_TEST(TwoInterpretersAdaptAndResetIndependently) {
   const CaseData k = FORGE_CASE(kStream);
   InterpreterFixture fixture_a(k), fixture_b(k);

@@ -101,7 +101,8 @@ _RULE_SHAPE = (1, 4, 4, 5)
 def _rule_model(x_shape=_RULE_SHAPE, y_shape=None, x_type=None, y_type=None,
                 beta_type=None, gamma_type=None, beta_shape=None, gamma_shape=None,
                 beta=None, gamma=None, x_quant=(0.05, -7), y_quant=(0.03, -100),
-                options=b"default", inputs=None, outputs=None) -> bytes:
+                options=b"default", inputs=None, outputs=None,
+                offsets=None) -> bytes:
   from ai_edge_litert import schema_py_generated as schema
 
   from forge_tflm import tflite_graph as tg
@@ -146,11 +147,14 @@ def _rule_model(x_shape=_RULE_SHAPE, y_shape=None, x_type=None, y_type=None,
   x = tensor("x", x_shape, x_type if x_type is not None else t.INT8, quant(x_quant))
   b = tensor("beta", b_shape, b_type, data=b_data)
   g = tensor("gamma_abs", g_shape, g_type, data=g_data)
+  o = None if offsets is None else tensor("class_offsets", np.shape(offsets), t.FLOAT32,
+                                          data=np.asarray(offsets, np.float32))
   y = tensor("y", y_shape or x_shape, y_type if y_type is not None else t.INT8,
              quant(y_quant))
   op = schema.OperatorT()
   op.opcodeIndex = tg.custom_opcode_index(model, "FORGE_RECALIB")
-  op.inputs = list(inputs if inputs is not None else [x, b, g])
+  op.inputs = list(inputs if inputs is not None else [x, b, g] + ([o] if o is not None
+                                                                  else []))
   op.outputs = list(outputs if outputs is not None else [y])
   if options == b"default":
     options = ops.encode_options(ops.RecalibOptions(momentum=0.25, eps=1e-3,
@@ -190,6 +194,10 @@ def rule_cases() -> list[tuple[str, bytes, bool]]:
   nan_beta[2] = np.nan
   neg_gamma = np.ones(c, np.float32)
   neg_gamma[1] = -1.0
+  offsets = np.linspace(-1, 1, 3 * c).reshape(3, c).astype(np.float32)
+  nan_offsets = offsets.copy()
+  nan_offsets[1, 2] = np.nan
+  classes3 = ops.encode_options(ops.RecalibOptions(window=8, classes=3))
   cases = [
       ("valid", {}, True),
       ("valid_rank2", dict(x_shape=(3, c)), True),
@@ -233,6 +241,12 @@ def rule_cases() -> list[tuple[str, bytes, bool]]:
       ("four_inputs", dict(inputs=[0, 1, 2, 2]), False),
       ("beta_input_missing", dict(inputs=[0, -1, 2]), False),
       ("two_outputs", dict(outputs=[3, 3]), False),
+      ("valid_classes", dict(offsets=offsets, options=classes3), True),
+      ("classes_without_offsets", dict(options=classes3), False),
+      ("offsets_without_classes", dict(offsets=offsets), False),
+      ("classes_offsets_k_differs", dict(offsets=offsets[:2], options=classes3), False),
+      ("classes_offsets_nan", dict(offsets=nan_offsets, options=classes3), False),
+      ("options_classes_1", dict(options=_flexbuffer_map(window=8, classes=1)), False),
   ]
   return [(name, _rule_model(**kwargs), accepted) for name, kwargs, accepted in cases]
 
@@ -266,6 +280,43 @@ def _rule_cases_text() -> str:
   return "".join(out)
 
 
+def _classes_case(rng) -> str:
+  """A class-balanced stream through a one-op model: per step an adapt invocation,
+  then the labels committed (through the control on the device), then one frozen
+  invocation at the end; expected outputs from the numpy reference."""
+  shape, k, steps = (2, 3, 3, 4), 3, 4
+  c = shape[-1]
+  opts = ops.RecalibOptions(window=6, classes=k, activation="relu")
+  quant = ops.QuantParams(s_x=0.05, z_x=-7, s_y=0.03, z_y=-100)
+  offsets = rng.normal(0, 0.2, (k, c)).astype(np.float32)
+  model = _rule_model(x_shape=shape, x_quant=(quant.s_x, quant.z_x),
+                      y_quant=(quant.s_y, quant.z_y), options=ops.encode_options(opts),
+                      offsets=offsets)
+  from forge_tflm.model_check import check_model, forge_node
+  spec = forge_node(check_model(model), 0)
+  node = ops.RecalibOp(opts, quant, spec.beta, spec.gamma_abs, offsets=offsets)
+  xs = _shifted_batches(rng, shape, steps, shift=-5.0, scale=30.0)
+  labels = rng.integers(-1, k, (steps, shape[0])).astype(np.int32)
+  adapt = []
+  for x, lab in zip(xs, labels):
+    adapt.append(node.reference(x, "adapt"))
+    node.reference_commit(lab)
+  frozen = node.reference(xs[0], "frozen")
+  p = "kClasses"
+  return "".join([
+      f"// Classes: shape {list(shape)}, {opts}, {quant}: adapt, commit labels per"
+      " step, then frozen on step 0's input\n",
+      f"constexpr int {p}Elements = {int(np.prod(shape))};\n",
+      f"constexpr int {p}Batch = {shape[0]};\n",
+      f"constexpr int {p}Steps = {steps};\n",
+      _c_array("uint8_t", f"{p}Model", np.frombuffer(model, np.uint8), 24).replace(
+          "alignas(8)", "alignas(16)"),
+      _c_array("int8_t", f"{p}Input", np.stack(xs)),
+      _c_array("int32_t", f"{p}Labels", labels),
+      _c_array("int8_t", f"{p}ExpectedAdapt", np.stack(adapt)),
+      _c_array("int8_t", f"{p}ExpectedFrozen", frozen)])
+
+
 def generate() -> str:
   rng = np.random.default_rng(1234)
   cases = [
@@ -294,6 +345,7 @@ def generate() -> str:
          f"#ifndef {HEADER_GUARD}\n#define {HEADER_GUARD}\n\n"
          f"#include <stdint.h>\n\nnamespace forge_recalib_test {{\n\n"]
   out += [c + "\n" for c in cases]
+  out.append(_classes_case(rng) + "\n")
   for name, data in bad.items():
     out.append(_c_array("uint8_t", f"kBadOptions{name}", np.frombuffer(data, np.uint8)))
   out.append("\n" + _rule_cases_text())
