@@ -68,6 +68,7 @@ def main(argv=None) -> int:
   ap.add_argument("--gate_period", type=int, default=1024)
   ap.add_argument("--settings", default=",".join(str(i) for i in range(len(SETTINGS))),
                   help="indices into the table's rows, comma-separated")
+  ap.add_argument("--executor", default="inline", help="forge_tflm eval --executor")
   ap.add_argument("--output", default=None)
   args = ap.parse_args(argv)
   from forge_tflm.cli.main import main as cli
@@ -84,7 +85,7 @@ def main(argv=None) -> int:
              f"--data_dir={args.data_dir}", f"--methods={','.join(methods)}",
              f"--limit={args.limit}", f"--batch_size={args.batch_size}",
              f"--orderings={args.orderings}", f"--gate_period={args.gate_period}",
-             f"--output_dir={out}"] + SETTINGS[label]
+             f"--output_dir={out}", f"--executor={args.executor}"] + SETTINGS[label]
       if args.keras_model:
         cmd.append(f"--keras_model={args.keras_model}")
       code = cli(cmd)

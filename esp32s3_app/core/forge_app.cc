@@ -388,9 +388,23 @@ class ModeScope {
       return ForgeRecalibSetMode(mode);
     }
   }
+  // After an adapt Invoke: its prediction (argmax of the int8 logits) for the
+  // ops with class-balanced statistics (SPEC "Commit"), applied at their next
+  // Eval; other ops ignore it. The label lives here until then.
+  void CommitPrediction(const int8_t* logits, size_t num_classes) {
+    if constexpr (kPerInterpreter) {
+      int32_t best = 0;
+      for (size_t c = 1; c < num_classes; ++c) {
+        if (logits[c] > logits[best]) best = static_cast<int32_t>(c);
+      }
+      label_ = best;
+      control_.CommitLabels(&label_, 1);
+    }
+  }
 
  private:
   std::conditional_t<kPerInterpreter, Control, char> control_{};
+  int32_t label_ = 0;
   int32_t saved_ = 0;
   bool ok_ = false;
 };
@@ -614,6 +628,9 @@ int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) 
     ForgeGate::Event event = ForgeGate::kNone;
     if (!config.gate) {
       status = interpreter.Invoke();
+      if (status == kTfLiteOk && config.adapt) {
+        mode.CommitPrediction(output->data.int8, num_classes);
+      }
     } else if (gate.probing()) {
       // The source pass, then the adapting one on the same image.
       memcpy(probe_input, dst, input_bytes);
@@ -624,6 +641,7 @@ int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) 
         memcpy(input->data.int8, probe_input, input_bytes);
         mode.Set(FORGE_RECALIB_MODE_ADAPT);
         status = interpreter.Invoke();
+        if (status == kTfLiteOk) mode.CommitPrediction(output->data.int8, num_classes);
       }
       // Predict with the path chosen last (the source before the first decision).
       const bool adapting = gate.adapting();
@@ -637,6 +655,9 @@ int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) 
       const bool adapting = gate.adapting();
       mode.Set(adapting ? FORGE_RECALIB_MODE_ADAPT : FORGE_RECALIB_MODE_FROZEN);
       status = interpreter.Invoke();
+      if (status == kTfLiteOk && adapting) {
+        mode.CommitPrediction(output->data.int8, num_classes);
+      }
       path = adapting ? "adapt" : "frozen";
       gate.Skip();
     }
