@@ -41,6 +41,10 @@ def main(argv=None) -> int:
   ap.add_argument("--orderings", type=int, default=3)
   ap.add_argument("--gate_period", type=int, default=1024)
   ap.add_argument("--tolerance", type=float, default=0.5)
+  ap.add_argument("--class_images", type=int, default=0,
+                  help="convert with class-balanced statistics (the label defence)")
+  ap.add_argument("--label_order", default="shuffled", help="forge_tflm eval --label_order")
+  ap.add_argument("--executor", default="inline", help="forge_tflm eval --executor")
   ap.add_argument("--output", default=None)
   args = ap.parse_args(argv)
   from forge_tflm.cli.main import main as cli
@@ -53,13 +57,15 @@ def main(argv=None) -> int:
     for k, (label, path, convert_flags) in enumerate(models):
       artifact = os.path.join(tmp, f"m{k}.tflite")
       if cli(["forge_tflm", "convert", f"--model={path}", f"--data_dir={args.data_dir}",
-              f"--output={artifact}"] + convert_flags):
+              f"--output={artifact}", f"--class_images={args.class_images}"]
+             + convert_flags):
         raise SystemExit(f"{label}: forge_tflm convert failed")
       out = os.path.join(tmp, f"eval{k}")
       if cli(["forge_tflm", "eval", f"--artifact={artifact}", f"--data_dir={args.data_dir}",
               "--methods=source,forge,forge-gated", f"--limit={args.limit}",
               f"--batch_size={args.batch_size}", f"--orderings={args.orderings}",
-              f"--gate_period={args.gate_period}", f"--output_dir={out}"]):
+              f"--gate_period={args.gate_period}", f"--output_dir={out}",
+              f"--label_order={args.label_order}", f"--executor={args.executor}"]):
         raise SystemExit(f"{label}: forge_tflm eval failed")
       with open(os.path.join(out, "results.json")) as f:
         doc = json.load(f)
@@ -72,7 +78,9 @@ def main(argv=None) -> int:
   lines = [f"# {datetime.date.today()}: python benchmarks/gate_other_models.py "
            f"{' '.join(argv if argv is not None else sys.argv[1:])}",
            f"# {args.limit} test images per corruption, severity 5, batch {args.batch_size}, "
-           f"{args.orderings} orderings, shuffled streams; gate: defaults, --gate_period="
+           f"{args.orderings} orderings, {args.label_order} streams"
+           f"{', class-balanced statistics' if args.class_images else ''}; gate: defaults,"
+           " --gate_period="
            f"{args.gate_period}; hurt = more than {args.tolerance:g} point under the int8 "
            "source", "",
            "| model | int8 source | FORGE | FORGE + gate | corruptions the gate hurts | "
