@@ -973,32 +973,26 @@ def forge_node(model: "schema.ModelT", op_index: int, source: str = "model"
   if shape(beta_t) != (c,) or shape(gamma_t) != (c,):
     fail(f"beta and gamma_abs have shapes {_fmt_shape(shape(beta_t))} and"
          f" {_fmt_shape(shape(gamma_t))}: both must be [C] = [{c}]")
-  consts = []
-  for k, t in ((1, beta_t), (2, gamma_t)):
+  def constant(k, t, dims):
     try:
       data = tg.buffer_array(model, t)
     except (ValueError, IndexError) as e:
       fail(f"{label(k)}: unreadable constant data ({e})")
     if data is None:
       fail(f"{label(k)} must be a constant tensor")
-    if data.size != c:
-      fail(f"{label(k)}: constant data holds {data.size} values, not {c}")
-    consts.append(np.ascontiguousarray(data.reshape(c), np.float32))
+    size = int(np.prod(dims))
+    if data.size != size:
+      fail(f"{label(k)}: constant data holds {data.size} values, not {size}")
+    return np.ascontiguousarray(data.reshape(dims), np.float32)
+
+  consts = [constant(k, t, (c,)) for k, t in ((1, beta_t), (2, gamma_t))]
   offsets = None
   if options.classes is not None:
     o_t, k = sg.tensors[inputs[3]], options.classes
     if o_t.type != T.FLOAT32 or shape(o_t) != (k, c):
       fail(f"{label(3)} must be float32 [K, C] = [{k}, {c}] (the class offsets), is"
            f" {_TYPE_NAMES.get(o_t.type)} {_fmt_shape(shape(o_t))}")
-    try:
-      data = tg.buffer_array(model, o_t)
-    except (ValueError, IndexError) as e:
-      fail(f"{label(3)}: unreadable constant data ({e})")
-    if data is None:
-      fail(f"{label(3)} must be a constant tensor")
-    if data.size != k * c:
-      fail(f"{label(3)}: constant data holds {data.size} values, not {k * c}")
-    offsets = np.ascontiguousarray(data.reshape(k, c), np.float32)
+    offsets = constant(3, o_t, (k, c))
   quants = []
   for k, kind, t in ((0, "input", x), (0, "output", y)):
     q = t.quantization

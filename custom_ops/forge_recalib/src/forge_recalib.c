@@ -239,6 +239,20 @@ size_t forge_recalib_scratch_bytes(int32_t C) {
   return (size_t)280 * (size_t)C;
 }
 
+/* SPEC "Validation": N, HW, N*HW per channel and C in range. */
+static int check_shape(int32_t N, int32_t HW, int32_t C, const char** msg) {
+  if (N < 1 || HW < 1 || N > FORGE_RECALIB_MAX_M || HW > FORGE_RECALIB_MAX_M ||
+      (int64_t)N * (int64_t)HW > FORGE_RECALIB_MAX_M) {
+    return set_msg(msg, FORGE_RECALIB_ERR_SHAPE,
+                   "N*H*W per channel must be in [1, 2^22]");
+  }
+  if (C < 1 || C > FORGE_RECALIB_MAX_C) {
+    return set_msg(msg, FORGE_RECALIB_ERR_SHAPE,
+                   "channel count must be in [1, 65536]");
+  }
+  return FORGE_RECALIB_OK;
+}
+
 /* Integer statistics over M rows of C channels: exact (SPEC step 1). */
 static void stats_pass(const int8_t* x, int32_t M, int32_t C, int64_t* s2,
                        int32_t* s1, int32_t* s2_blk) {
@@ -353,15 +367,8 @@ static int s8_run(const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
       state == NULL || opts == NULL || quant == NULL || scratch == NULL) {
     return set_msg(msg, FORGE_RECALIB_ERR_NULL, "a required pointer is NULL");
   }
-  if (N < 1 || HW < 1 || N > FORGE_RECALIB_MAX_M || HW > FORGE_RECALIB_MAX_M ||
-      (int64_t)N * (int64_t)HW > FORGE_RECALIB_MAX_M) {
-    return set_msg(msg, FORGE_RECALIB_ERR_SHAPE,
-                   "N*H*W per channel must be in [1, 2^22]");
-  }
-  if (C < 1 || C > FORGE_RECALIB_MAX_C) {
-    return set_msg(msg, FORGE_RECALIB_ERR_SHAPE,
-                   "channel count must be in [1, 65536]");
-  }
+  status = check_shape(N, HW, C, msg);
+  if (status != FORGE_RECALIB_OK) return status;
   status = forge_recalib_validate_options(opts, msg);
   if (status != FORGE_RECALIB_OK) return status;
   if (quant->magic != FORGE_RECALIB_QUANT_MAGIC) {
@@ -599,18 +606,12 @@ int forge_recalib_image_moments(const int8_t* x, int32_t N, int32_t HW,
   int32_t *s1, *s2_blk, n, c, m_zx;
   int64_t m64;
   float m_f, mm_f;
+  int status;
   if (x == NULL || quant == NULL || pending == NULL || scratch == NULL) {
     return set_msg(msg, FORGE_RECALIB_ERR_NULL, "a required pointer is NULL");
   }
-  if (N < 1 || HW < 1 || N > FORGE_RECALIB_MAX_M || HW > FORGE_RECALIB_MAX_M ||
-      (int64_t)N * (int64_t)HW > FORGE_RECALIB_MAX_M) {
-    return set_msg(msg, FORGE_RECALIB_ERR_SHAPE,
-                   "N*H*W per channel must be in [1, 2^22]");
-  }
-  if (C < 1 || C > FORGE_RECALIB_MAX_C) {
-    return set_msg(msg, FORGE_RECALIB_ERR_SHAPE,
-                   "channel count must be in [1, 65536]");
-  }
+  status = check_shape(N, HW, C, msg);
+  if (status != FORGE_RECALIB_OK) return status;
   if (quant->magic != FORGE_RECALIB_QUANT_MAGIC) {
     return set_msg(msg, FORGE_RECALIB_ERR_QUANT,
                    "quant was not built by forge_recalib_prepare_quant");
