@@ -198,6 +198,11 @@ class Manifest:
             "scratch_bytes_peak": max((m.scratch_table for m in nodes), default=0),
             "target_bytes_flash": self.target_bytes}
 
+  @property
+  def class_balanced(self) -> bool:
+    """Some site keeps class-balanced statistics (the label defence)."""
+    return any(s.options.classes for s in self.sites)
+
   def site(self, name: str) -> SiteRecord:
     for s in self.sites:
       if s.name == name:

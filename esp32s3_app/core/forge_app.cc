@@ -68,7 +68,8 @@ struct RunState {
   uint32_t num_states = 0;
   const void* state_owner[kMaxOps] = {};
   const void* state_data[kMaxOps] = {};
-  size_t state_bytes[kMaxOps] = {};
+  size_t state_bytes[kMaxOps] = {};    // the buffer (forge_state)
+  size_t state_checked[kMaxOps] = {};  // its checksummed prefix
   uint32_t state_checksum[kMaxOps] = {};
   // Persistent allocations of the FORGE Prepare in progress.
   uint32_t num_recent = 0;
@@ -222,15 +223,27 @@ void* ForgeInit(TfLiteContext* ctx, const char* buffer, size_t length) {
   return Counted(ctx, [&]() { return g_slots[0].original.init(ctx, buffer, length); });
 }
 
-// The op's state (SPEC: float32 [mu_0..mu_{C-1}, var_0..var_{C-1}], 8*C bytes
-// of persistent arena) is the one persistent buffer of exactly 8*C bytes that
-// its Prepare allocates. Found that way (the kernel does not export it), the
-// state checksum is best effort: omitted when the match is not unique.
+// The op's state (SPEC: float32 [mu_0..mu_{C-1}, var_0..var_{C-1}], 8*C bytes of
+// persistent arena; with class-balanced statistics followed by cmu[K][C],
+// cvar[K][C] and the pending moments [2][N][C], SPEC "Class-balanced statistics")
+// is the one persistent buffer of exactly that size that its Prepare allocates.
+// Found that way (the kernel does not export it), the state checksum is best
+// effort: omitted when the match is not unique. The checksum covers [mu, var] and
+// the class state, not the pending moments (transient, as in the evaluator).
 void FindState(TfLiteContext* ctx, TfLiteNode* node) {
   if (node->inputs == nullptr || node->inputs->size < 1) return;
   const TfLiteEvalTensor* x = ctx->GetEvalTensor(ctx, node->inputs->data[0]);
   if (x == nullptr || x->dims == nullptr || x->dims->size < 1) return;
-  const size_t want = 8u * static_cast<size_t>(x->dims->data[x->dims->size - 1]);
+  const size_t c = static_cast<size_t>(x->dims->data[x->dims->size - 1]);
+  size_t classes = 0;
+  if (node->inputs->size >= 4) {  // class_offsets [K, C]
+    const TfLiteEvalTensor* o = ctx->GetEvalTensor(ctx, node->inputs->data[3]);
+    if (o == nullptr || o->dims == nullptr || o->dims->size != 2) return;
+    classes = static_cast<size_t>(o->dims->data[0]);
+  }
+  const size_t pending = classes > 0 ? static_cast<size_t>(x->dims->data[0]) : 0;
+  const size_t checked = 8u * c * (1 + classes);
+  const size_t want = checked + 8u * c * pending;
   void* found = nullptr;
   int matches = 0;
   for (uint32_t i = 0; i < g_run.num_recent; ++i) {
@@ -242,6 +255,7 @@ void FindState(TfLiteContext* ctx, TfLiteNode* node) {
   if (matches != 1 || g_run.num_states >= static_cast<uint32_t>(kMaxOps)) return;
   g_run.state_owner[g_run.num_states] = node->user_data;
   g_run.state_data[g_run.num_states] = found;
+  g_run.state_checked[g_run.num_states] = checked;
   g_run.state_bytes[g_run.num_states++] = want;
 }
 
@@ -275,7 +289,8 @@ void DumpOutput(TfLiteContext* ctx, TfLiteNode* node, uint32_t op) {
 void ChecksumState(TfLiteNode* node, uint32_t op) {
   for (uint32_t i = 0; i < g_run.num_states; ++i) {
     if (g_run.state_owner[i] == node->user_data) {
-      g_run.state_checksum[op] = ForgeAppChecksum(g_run.state_data[i], g_run.state_bytes[i]);
+      g_run.state_checksum[op] =
+          ForgeAppChecksum(g_run.state_data[i], g_run.state_checked[i]);
       return;
     }
   }
@@ -594,7 +609,7 @@ int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) 
     Line line;
     size_t state_total = 0;
     for (uint32_t i = 0; i < g_run.num_states; ++i) state_total += g_run.state_bytes[i];
-    // forge_state: the 8*C-byte state buffers found (forge_persistent minus
+    // forge_state: the state buffers found (forge_persistent minus
     // the op data when every op's was found: states == FORGE ops).
     line.Add("mem arena_size=%lu arena_used=%lu forge_persistent=%lu forge_scratch=%lu "
              "forge_state=%lu states=%lu",

@@ -28,10 +28,11 @@
 //                     of ESP-NN's, see esp_nn_fc_guard.h; 0 without ESP-NN)
 //   op index=i name=CONV_2D forge=0|1                       (K lines, model order)
 //   mem arena_size=A arena_used=U forge_persistent=P forge_scratch=S
-//       forge_state=S8 states=F   (the 8*C-byte state buffers found, and how many)
+//       forge_state=S8 states=F   (the state buffers found, and how many)
 //   img index=n pred=c logits=l0,l1,... ticks=T [forge=h0,...] [state=h0,...]
 //       [trace=h0,...]   forge=: one checksum per FORGE op's output (trace>=forge);
 //       state=: per FORGE op, its float32 [mu..., var...] state after the image
+//       (class-balanced ops: followed by cmu[K][C], cvar[K][C])
 //       (trace>=forge; omitted if the state buffers could not be identified);
 //       trace=: one checksum per op's output (trace=all)
 //   tensor image=n op=k offset=o bytes=B values=v0,...  (dump_op; 512 per line)

@@ -31,6 +31,15 @@ def checksum(data: np.ndarray) -> int:
   return int(np.sum(b * w, dtype=np.uint64) & np.uint64(0xFFFFFFFF))
 
 
+def device_state(node) -> np.ndarray:
+  """A FORGE node's state as the app checksums its buffer: float32 [mu, var], then
+  with class-balanced statistics cmu [K, C] and cvar [K, C] (SPEC layout)."""
+  state = node.state
+  if state.classes is None:
+    return np.asarray(state.data, np.float32)
+  return np.concatenate([state.data, np.asarray(state.classes, np.float32).ravel()])
+
+
 @dataclasses.dataclass
 class ExpectedOutputs:
   logits: np.ndarray           # int8 [N, classes]
@@ -154,7 +163,8 @@ def expected_outputs(artifact, inputs_int8: np.ndarray, *, mode: str = "adapt",
   n_images = len(x)
   logits, forge_sums, op_sums, outputs, states, state_sums = [], [], [], [], [], []
   for n in range(n_images):
-    y = model.run(x[n:n + 1], mode=mode)
+    # Uncommitted: the device applies an image's class update at the next invocation.
+    y = model.run(x[n:n + 1], mode=mode, commit=False)
     logits.append(y.reshape(-1))
     if tracer is not None:
       outs = tracer.outputs()
@@ -169,7 +179,9 @@ def expected_outputs(artifact, inputs_int8: np.ndarray, *, mode: str = "adapt",
       if keep_states:
         states.append(state)
       if trace != "none":
-        state_sums.append([checksum(np.asarray(v, np.float32)) for v in state])
+        state_sums.append([checksum(device_state(node)) for node in model.nodes])
+    if mode == "adapt":
+      model.commit(y)
   logits = np.stack(logits).astype(np.int8) if logits else np.zeros((0, 0), np.int8)
   return ExpectedOutputs(
       logits=logits,

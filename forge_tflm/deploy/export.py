@@ -29,7 +29,7 @@ import numpy as np
 from forge_tflm.deploy.arena import arena_bytes as estimate_arena_bytes
 from forge_tflm import tflite_graph as tg
 from forge_tflm.deploy.expected import expected_gated, expected_outputs, model_ops
-from forge_tflm.evaluation.gate import device_defines
+from forge_tflm.evaluation.gate import device_defines, for_model
 from forge_tflm.deploy.streams import (corrupted_stream, model_input, write_c_arrays,
                                        write_image_stream)
 
@@ -67,8 +67,8 @@ def export_firmware(artifact_path: str, out_dir: str = DEFAULT_OUT, *, data_dir=
     raise ValueError(f"images must be >= 1, got {images}")
   if mode not in MODES:
     raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-  gate = device_gate(gate)
   artifact = Artifact.load(artifact_path, require_manifest=True)
+  gate = for_model(device_gate(gate), artifact.manifest.class_balanced)
   stream = corrupted_stream(data_dir, corruption, severity, limit=images, seed=seed,
                             ordering_index=ordering_index, dataset=dataset,
                             cache_dir=cache_dir)

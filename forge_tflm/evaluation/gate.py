@@ -21,7 +21,7 @@ pass per image in `source` mode (ForgeRecalibControl::SetMode); no state copy.
 Label-correlated streams (a fixed camera sees one object for many frames) fool every
 score above: normalizing a window of one class removes that class's signal and
 spreads the predictions, which looks like undoing a collapse. So the gate also
-measures, over the probe, the lag-1 autocorrelation of the source's softmax vectors
+measures (label-blind models only, see for_model), over the probe, the lag-1 autocorrelation of the source's softmax vectors
 (SerialStats: 0 for i.i.d. labels, near 1 when neighbours share a class) and does not
 adapt while it exceeds `max_autocorrelation`. It costs K + 4 floats on a device. It
 only sees correlation that changes inside the probe: a probe within one long run of a
@@ -120,6 +120,17 @@ class GateConfig:
   @property
   def needs_reference(self) -> bool:
     return self.signal == CONFIDENCE_DROP and self.reference is None
+
+
+def for_model(config: GateConfig, class_balanced: bool) -> GateConfig:
+  """The gate a model runs. The autocorrelation veto stands in for a label defence:
+  label-blind statistics normalize a label-correlated window's class away. A model
+  with class-balanced statistics (SPEC "Class-balanced statistics") is that defence,
+  so its gate decides on the score alone; vetoing would forfeit exactly the streams
+  the defence recovers (benchmarks/results/field_protocols_balanced*.md)."""
+  if class_balanced and config.max_autocorrelation is not None:
+    return dataclasses.replace(config, max_autocorrelation=None)
+  return config
 
 
 def device_defines(config: GateConfig) -> dict[str, str]:
@@ -273,7 +284,7 @@ class GatedForge(Int8Method):
       raise ValueError("the confidence_drop gate needs the source's clean confidence"
                        " (GateConfig.reference)")
     super().__init__(model)
-    self.config = config
+    self.config = for_model(config, model.class_balanced)
     self.warmup_batches = config.batches(batch_size)
     self.reset()
 

@@ -368,13 +368,14 @@ class SegmentedModel:
       detail = detail[:297] + "..."
     return ValueError(f"{self.source}: LiteRT {what} {seg.label}: {detail}")
 
-  def run(self, x: np.ndarray, mode: str = ADAPT) -> np.ndarray:
+  def run(self, x: np.ndarray, mode: str = ADAPT, commit: bool = True) -> np.ndarray:
     """Runs a batch of int8 inputs [N, ...]; returns the int8 output.
 
     mode: "adapt" updates FORGE state; "frozen" normalizes with the current state;
     "source" with the clean targets, leaving the state as it is. Class-balanced sites
     get this run's predictions after an adapt run (commit), as a device app does
-    after its Invoke.
+    after its Invoke; commit=False leaves that to the caller (a device applies it at
+    the op's next invocation, so its state between invocations is the uncommitted one).
     """
     if mode not in (ADAPT, FROZEN, SOURCE):
       raise ValueError(f"mode must be {ADAPT!r}, {FROZEN!r} or {SOURCE!r}, not {mode!r}")
@@ -410,7 +411,7 @@ class SegmentedModel:
       y = np.array(values[self._graph_outputs[0]])  # Own copy for the caller.
     finally:
       values.clear()  # Drop the views before any segment can run again.
-    if mode == ADAPT:
+    if mode == ADAPT and commit:
       self.commit(y)
     return y
 

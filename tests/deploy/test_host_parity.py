@@ -52,7 +52,9 @@ MODEL = os.path.join(REPO_ROOT, "models", "resnet20_cifar10.keras")
 DATA_DIR = os.path.join(SHARED_DATASETS, "cifar10")
 N_IMAGES = int(os.environ.get("FORGE_TFLM_DEPLOY_IMAGES", "200"))
 TARGETS = ("reference", "esp_nn")
-ARTIFACTS = ("forge_all", "forge_3", "plain")
+# forge_classes: every site with class-balanced statistics (the label defence): the
+# app commits each adapt pass's prediction, the evaluator the same.
+ARTIFACTS = ("forge_all", "forge_3", "plain", "forge_classes")
 TIMINGS: dict[str, float] = {}
 INPUTS: dict[str, str] = {}  # artifact name -> int8 image file (runs fixture)
 
@@ -105,7 +107,8 @@ def artifacts(tmp_path_factory) -> dict[str, str]:
   root = os.path.join(third_party.build_cache(), "deploy_artifacts", _converter_hash())
   paths = {"forge_all": os.path.join(root, "r20_forge_all.tflite"),
            "plain": os.path.join(root, "r20_int8.tflite"),
-           "forge_3": os.path.join(root, "r20_forge_3.tflite")}
+           "forge_3": os.path.join(root, "r20_forge_3.tflite"),
+           "forge_classes": os.path.join(root, "r20_forge_classes.tflite")}
   with _locked(root + ".lock"), _timed("convert"), _dataset_cache(tmp_path_factory):
     os.makedirs(root, exist_ok=True)
     if not (os.path.exists(paths["forge_all"]) and os.path.exists(paths["plain"])):
@@ -115,6 +118,8 @@ def artifacts(tmp_path_factory) -> dict[str, str]:
         sites = [s["name"] for s in json.load(f)["sites"]]
       three = [sites[0], sites[len(sites) // 2], sites[-1]]
       _convert(root, [f"--output={paths['forge_3']}", f"--sites={','.join(three)}"])
+    if not os.path.exists(paths["forge_classes"]):
+      _convert(root, [f"--output={paths['forge_classes']}", "--class_images=1000"])
   return paths
 
 
@@ -234,7 +239,7 @@ def test_device_matches_evaluator(runs, artifacts, binaries, target, name):
   identical = check_parity(f"{target}/{name}", run, exp,
                            _explainer(binaries[target], artifacts[name], INPUTS[name]))
   assert np.array_equal(run.predictions, np.argmax(run.logits, axis=1))
-  n_forge = {"forge_all": 21, "forge_3": 3, "plain": 0}[name]
+  n_forge = {"forge_all": 21, "forge_3": 3, "plain": 0, "forge_classes": 21}[name]
   # ESP-NN's S3 per-channel FULLY_CONNECTED needs widths in multiples of 8: the
   # 10-way classifier runs TFLM's reference kernel there (esp_nn_fc_guard.h), and
   # the logits above still match exactly.

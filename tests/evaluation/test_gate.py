@@ -8,7 +8,7 @@ import pytest
 from forge_tflm.evaluation.gate import (CONFIDENCE_DROP, CONFIDENCE_GAIN, DIVERSITY_GAIN,
                                       SerialStats,
                                       SIGNALS, GateConfig, GatedForge, ProbeStats,
-                                      clean_reference, entropy, top1_confidence)
+                                      clean_reference, entropy, for_model, top1_confidence)
 
 GAIN = GateConfig(signal=CONFIDENCE_GAIN)
 
@@ -44,6 +44,7 @@ class ScriptedModel:
     self.frozen = (confident(frozen_confidence) if isinstance(frozen_confidence, float)
                    else frozen_confidence)
     self.calls, self.resets = [], 0
+    self.class_balanced = False
 
   def reset(self):
     self.resets += 1
@@ -349,3 +350,21 @@ def test_gate_stays_with_the_source_on_label_correlated_probes():
     assert gated.autocorrelation > 0.5
   with pytest.raises(ValueError, match="max_autocorrelation"):
     GateConfig(max_autocorrelation=float("nan"))
+
+
+def test_a_class_balanced_model_is_not_vetoed_on_label_correlated_probes():
+  # The class-balanced statistics are the label defence: the veto would forfeit the
+  # label-correlated streams they recover.
+  def in_runs(x):
+    return _onehot_logits((np.arange(len(x)) // 4) % 2, k=3)
+  def diverse(x):
+    return _onehot_logits(np.arange(len(x)) % 3, k=3)
+  model = ScriptedModel(adapt_confidence=diverse, frozen_confidence=in_runs)
+  model.class_balanced = True
+  config = GateConfig(warmup_batches=1, max_autocorrelation=0.3)
+  gated = GatedForge(model, config, batch_size=24)
+  gated.predict(np.zeros((24, 1), np.int8))
+  assert gated.fired is True and gated.autocorrelation > 0.5
+  assert gated.config.max_autocorrelation is None
+  assert for_model(config, False) is config
+  assert for_model(GateConfig(max_autocorrelation=None), True).max_autocorrelation is None
