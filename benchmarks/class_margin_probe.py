@@ -28,11 +28,13 @@ from forge_tflm.corruptions import CORRUPTIONS, corrupt_cached  # noqa: E402
 from forge_tflm.data import load_dataset  # noqa: E402
 from forge_tflm.deploy import model_input  # noqa: E402
 from forge_tflm.evaluation.field_streams import LabelOrder  # noqa: E402
-from forge_tflm.ops import argmax_s8  # noqa: E402
+from forge_tflm.ops import class_labels_s8  # noqa: E402
 from forge_tflm.runtime.segmented import SegmentedModel  # noqa: E402
 
 order_spec = sys.argv[1]
-margins = [float(m) for m in sys.argv[2].split(",")]
+# "rF": relative: commit when the margin >= F x the running mean margin of the
+# stream (per image, rate 1/64, starting at the first image's margin).
+margins = sys.argv[2].split(",")
 corrs = sys.argv[3].split(",") if len(sys.argv) > 3 else list(CORRUPTIONS)
 art = Artifact.load(os.environ.get("FORGE_PROBE_ARTIFACT", os.path.join(
     REPO_ROOT, "runs", "r20_balanced.tflite")), require_manifest=True)
@@ -52,12 +54,20 @@ for ci, c in enumerate(corrs):
   row = [acc_src]
   for T in margins:
     model.reset()
+    running = [None]
     def commit(y, T=T):
       y = np.asarray(y).reshape(len(y), -1)
-      lab = argmax_s8(y)
+      lab = class_labels_s8(y)
       ys = np.sort(y.astype(np.int32), 1)
       marg = ys[:, -1] - ys[:, -2]
-      lab = np.where(marg >= T, lab, -1).astype(np.int32)
+      if T.startswith("r"):
+        keep = np.zeros(len(marg), bool)
+        for i, m in enumerate(marg):
+          running[0] = m if running[0] is None else running[0] + (m - running[0]) / 64
+          keep[i] = m >= float(T[1:]) * running[0]
+      else:
+        keep = marg >= float(T)
+      lab = np.where(keep, lab, -1).astype(np.int32)
       for node in model.nodes:
         if node.op.class_balanced:
           node.op.commit(lab)

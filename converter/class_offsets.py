@@ -11,6 +11,7 @@ as each FORGE op's fourth input, its option `classes` set to K.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
@@ -56,17 +57,26 @@ def measure(tflite: bytes, x_int8: np.ndarray, labels: np.ndarray,
   return out
 
 
+def margin_steps(margin: float, output_scale: float) -> int:
+  """A logit lead as the op's option class_margin: output quantization steps,
+  ceil(margin / scale), at most 255 (int8 logits cannot lead by more)."""
+  if margin <= 0:
+    return 0
+  return int(min(255, math.ceil(np.float64(margin) / np.float64(output_scale))))
+
+
 def add_to_model(model: "schema.ModelT", offsets: dict[int, np.ndarray],
-                 inserted: list) -> list:
-  """Rewrites the FORGE ops of `offsets` in place (a fourth input, option classes=K);
-  returns `inserted` (insert.InsertedSite) with the options they now carry."""
+                 inserted: list, class_margin: int = 0) -> list:
+  """Rewrites the FORGE ops of `offsets` in place (a fourth input, options classes=K
+  and class_margin); returns `inserted` (insert.InsertedSite) with the options they
+  now carry."""
   sg = model.subgraphs[0]
   by_op = {s.op_index: s for s in inserted}
   out = list(inserted)
   for op_index, values in offsets.items():
     op = sg.operators[op_index]
     site = by_op[op_index]
-    options = site.options.replace(classes=values.shape[0])
+    options = site.options.replace(classes=values.shape[0], class_margin=class_margin)
     t = schema.TensorT()
     t.shape = list(values.shape)
     t.type = schema.TensorType.FLOAT32

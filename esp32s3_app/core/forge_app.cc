@@ -403,23 +403,21 @@ class ModeScope {
       return ForgeRecalibSetMode(mode);
     }
   }
-  // After an adapt Invoke: its prediction (argmax of the int8 logits) for the
-  // ops with class-balanced statistics (SPEC "Commit"), applied at their next
-  // Eval; other ops ignore it. The label lives here until then.
+  // After an adapt Invoke: its int8 output for the ops with class-balanced
+  // statistics (SPEC "Commit", "Labels": each op takes the image's label from
+  // it with its class_margin), applied at their next Eval; other ops ignore it.
+  // A copy lives here until then: the arena may reuse the output's bytes.
   void CommitPrediction(const int8_t* logits, size_t num_classes) {
     if constexpr (kPerInterpreter) {
-      int32_t best = 0;
-      for (size_t c = 1; c < num_classes; ++c) {
-        if (logits[c] > logits[best]) best = static_cast<int32_t>(c);
-      }
-      label_ = best;
-      control_.CommitLabels(&label_, 1);
+      if (num_classes > sizeof(logits_)) return;  // No op can have K classes.
+      for (size_t c = 0; c < num_classes; ++c) logits_[c] = logits[c];
+      control_.CommitOutput(logits_, 1);
     }
   }
 
  private:
   std::conditional_t<kPerInterpreter, Control, char> control_{};
-  int32_t label_ = 0;
+  int8_t logits_[FORGE_RECALIB_MAX_CLASSES] = {};
   int32_t saved_ = 0;
   bool ok_ = false;
 };

@@ -24,7 +24,7 @@ __all__ = [
     "ACTIVATIONS", "Activation", "MAX_OPTIONS_BYTES", "QuantParams", "RecalibOp",
     "RecalibOptions", "RecalibState", "bench_memcpy", "c_core_available",
     "c_core_variant", "decode_options", "encode_options", "forge_recalib_c",
-    "forge_recalib_reference", "forge_recalib_reference_commit", "argmax_s8",
+    "forge_recalib_reference", "forge_recalib_reference_commit", "class_labels_s8",
 ]
 
 _MODE_CODES = {name: code for code, name in enumerate(MODES)}
@@ -253,9 +253,31 @@ class RecalibOp:
     self._prepared.classes_commit(self.state.pending, labels, self.state.classes)
     self.state.pending = None
 
+  def commit_output(self, logits) -> None:
+    """commit with the labels the op takes from the model's int8 output [N, K] (SPEC
+    "Labels": the argmax when it leads by the option class_margin, else none), as
+    the TFLM kernel does for ForgeRecalibControl::CommitOutput."""
+    if not self.class_balanced:
+      raise ValueError("commit needs the classes option")
+    if self.state.pending is None:
+      return
+    logits = np.ascontiguousarray(logits, np.int8)
+    n = self.state.pending.shape[1]
+    if logits.shape != (n, self.options.classes):
+      raise ValueError(f"logits must be int8 [{n}, {self.options.classes}] (one row per"
+                       f" pending image, K = classes), got {logits.shape}")
+    self._prepared.classes_commit_s8(self.state.pending, logits, self.state.classes)
+    self.state.pending = None
+
   def reference_commit(self, labels) -> None:
     """The numpy definition of commit on the same state (tests)."""
     forge_recalib_reference_commit(labels, self.state, self.options)
+
+  def reference_commit_output(self, logits) -> None:
+    """The numpy definition of commit_output on the same state (tests)."""
+    forge_recalib_reference_commit(
+        reference.class_labels_s8(logits, self.options.class_margin or 0), self.state,
+        self.options)
 
   def reference(self, x: np.ndarray, mode: str = "adapt") -> np.ndarray:
     """The numpy definition on the same state (tests)."""
@@ -289,6 +311,8 @@ def bench_memcpy(nbytes: int, reps: int) -> float:
   return core().bench_memcpy(dst, src, int(reps)) / reps
 
 
-def argmax_s8(logits: np.ndarray) -> np.ndarray:
-  """The C core's label of each row of int8 logits [N, K] (lowest index on ties)."""
-  return np.asarray(core().argmax_s8(np.ascontiguousarray(logits, np.int8)), np.int32)
+def class_labels_s8(logits: np.ndarray, margin: int = 0) -> np.ndarray:
+  """The C core's label of each row of int8 logits [N, K] (SPEC "Labels"): the
+  argmax (lowest index on ties) when it leads by at least `margin`, else -1."""
+  return np.asarray(core().class_labels_s8(np.ascontiguousarray(logits, np.int8),
+                                           int(margin)), np.int32)

@@ -438,6 +438,47 @@ static PyObject* prepared_classes_commit(Prepared* p, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+/* classes_commit_s8(pending, logits, class_state): logits int8 [N, K], each
+ * image's label by the op's class_margin (SPEC "Labels"). */
+static PyObject* prepared_classes_commit_s8(Prepared* p, PyObject* args) {
+  PyObject *op, *ol, *os;
+  Buf pending, logits, cs;
+  Py_ssize_t n;
+  int status;
+  const char* msg = NULL;
+  if (!PyArg_ParseTuple(args, "OOO", &op, &ol, &os)) return NULL;
+  if (p->opts.classes < 1) {
+    PyErr_SetString(PyExc_ValueError, "class commit without the classes option");
+    return NULL;
+  }
+  if (get_buf(ol, &logits, 0, 'b', 1, -1, "logits")) return NULL;
+  n = logits.view.len / p->opts.classes;
+  if (n * p->opts.classes != logits.view.len) {
+    release(&logits);
+    PyErr_SetString(PyExc_ValueError, "logits must be int8 [N, K] with K = classes");
+    return NULL;
+  }
+  if (get_buf(op, &pending, 0, 'f', 4, 2 * n * p->c, "pending")) {
+    release(&logits);
+    return NULL;
+  }
+  if (get_buf(os, &cs, 1, 'f', 4, 2 * (Py_ssize_t)p->opts.classes * p->c,
+              "class_state")) {
+    release(&logits);
+    release(&pending);
+    return NULL;
+  }
+  status = forge_recalib_classes_commit_s8(
+      (const float*)pending.view.buf, (const int8_t*)logits.view.buf,
+      n > FORGE_RECALIB_MAX_M ? 0 : (int32_t)n, p->c, &p->opts,
+      (float*)cs.view.buf, &msg);
+  release(&logits);
+  release(&pending);
+  release(&cs);
+  if (status != FORGE_RECALIB_OK) return raise_status(status, msg);
+  Py_RETURN_NONE;
+}
+
 /* Class-balanced statistics of a node: reset (mixture=0) or mixture (1). */
 static PyObject* classes_call(PyObject* args, int mixture) {
   PyObject *ob, *og, *oo, *os, *ot = NULL;
@@ -507,13 +548,14 @@ static PyObject* py_classes_mixture(PyObject* self, PyObject* args) {
   return classes_call(args, 1);
 }
 
-static PyObject* py_argmax_s8(PyObject* self, PyObject* args) {
+static PyObject* py_class_labels_s8(PyObject* self, PyObject* args) {
   PyObject* ox;
   PyObject* out;
   Buf x;
   Py_ssize_t k, n, i;
+  int margin;
   (void)self;
-  if (!PyArg_ParseTuple(args, "O", &ox)) return NULL;
+  if (!PyArg_ParseTuple(args, "Oi", &ox, &margin)) return NULL;
   if (get_buf(ox, &x, 0, 'b', 1, -1, "logits")) return NULL;
   if (x.view.ndim != 2 || x.view.shape[1] < 1 || x.view.shape[1] > INT32_MAX) {
     release(&x);
@@ -524,8 +566,9 @@ static PyObject* py_argmax_s8(PyObject* self, PyObject* args) {
   k = x.view.shape[1];
   out = PyList_New(n);
   for (i = 0; out != NULL && i < n; ++i) {
-    PyList_SET_ITEM(out, i, PyLong_FromLong(forge_recalib_argmax_s8(
-                                (const int8_t*)x.view.buf + i * k, (int32_t)k)));
+    PyList_SET_ITEM(out, i, PyLong_FromLong(forge_recalib_class_label_s8(
+                                (const int8_t*)x.view.buf + i * k, (int32_t)k,
+                                (int32_t)margin)));
   }
   release(&x);
   return out;
@@ -550,6 +593,8 @@ static PyMethodDef kPreparedMethods[] = {
      "image_moments(x, pending): per-image (mean, variance) [2, N, C]"},
     {"classes_commit", (PyCFunction)prepared_classes_commit, METH_VARARGS,
      "classes_commit(pending, labels, class_state): labels int32 [N]"},
+    {"classes_commit_s8", (PyCFunction)prepared_classes_commit_s8, METH_VARARGS,
+     "classes_commit_s8(pending, logits, class_state): logits int8 [N, K]"},
     {"bench", (PyCFunction)prepared_bench, METH_VARARGS,
      "bench(x, y, state, mode, path, variant, reps) -> total ns of reps calls"
      " (after 1 untimed warm-up)"},
@@ -592,8 +637,9 @@ static PyMethodDef kMethods[] = {
      "classes_reset(beta, gamma_abs, offsets, class_state)"},
     {"classes_mixture", py_classes_mixture, METH_VARARGS,
      "classes_mixture(beta, gamma_abs, offsets, class_state, state)"},
-    {"argmax_s8", py_argmax_s8, METH_VARARGS,
-     "argmax_s8(logits [N, K] int8) -> list of labels (lowest index on ties)"},
+    {"class_labels_s8", py_class_labels_s8, METH_VARARGS,
+     "class_labels_s8(logits [N, K] int8, margin) -> list of labels (the argmax,"
+     " lowest index on ties, when it leads by >= margin, else -1)"},
     {"scratch_bytes", py_scratch_bytes, METH_VARARGS,
      "scratch_bytes(c) -> (affine_bytes, any_path_bytes)"},
     {NULL, NULL, 0, NULL}};

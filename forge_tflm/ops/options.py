@@ -123,6 +123,10 @@ class RecalibOptions:
   # Class-balanced statistics over K classes (SPEC "Class-balanced statistics"); None
   # (0 in the C struct): off. Set by the converter with the class offsets it measured.
   classes: int | None = None
+  # With classes: an image enters its predicted class only when its top int8 logit
+  # leads the next by at least this many output quantization steps (SPEC "Labels");
+  # None (0 in the C struct): every image's argmax enters. Set by the converter.
+  class_margin: int | None = None
 
   def __post_init__(self):
     if (self.momentum is None) == (self.window is None):
@@ -163,6 +167,18 @@ class RecalibOptions:
         raise ValueError(f"classes must be 0 (off) or in [2, {MAX_CLASSES}]")
       else:
         object.__setattr__(self, "classes", int(self.classes))
+    if self.class_margin is not None:
+      if not isinstance(self.class_margin, numbers.Integral) or isinstance(
+          self.class_margin, (bool, np.bool_)):
+        raise ValueError("class_margin must be an integer")
+      if not 0 <= int(self.class_margin) <= 255:
+        raise ValueError("class_margin must be in [0, 255]")
+      if self.class_margin == 0:  # The C default: every argmax enters.
+        object.__setattr__(self, "class_margin", None)
+      elif self.classes is None:
+        raise ValueError("class_margin needs classes")
+      else:
+        object.__setattr__(self, "class_margin", int(self.class_margin))
 
   @property
   def use_window(self) -> bool:

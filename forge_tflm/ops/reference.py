@@ -272,6 +272,13 @@ def classes_commit(class_state: np.ndarray, pending: np.ndarray, labels,
   return cs
 
 
-def argmax_s8(logits: np.ndarray) -> np.ndarray:
-  """Each row's label: the largest int8 logit, the lowest index on ties."""
-  return np.argmax(np.asarray(logits, np.int8), axis=1).astype(np.int32)
+def class_labels_s8(logits: np.ndarray, margin: int = 0) -> np.ndarray:
+  """Each row's label (SPEC "Labels"): the index of the largest int8 logit (the
+  lowest on ties) when it leads every other logit by at least `margin`, else -1."""
+  z = np.asarray(logits, np.int8).astype(np.int32)
+  best = np.argmax(z, axis=1)
+  top = z[np.arange(len(z)), best]
+  others = z.copy()
+  others[np.arange(len(z)), best] = -129
+  lead = top - others.max(axis=1)
+  return np.where(lead >= margin, best, -1).astype(np.int32)

@@ -32,7 +32,7 @@ from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 from forge_tflm import model_check
 from forge_tflm import tflite_graph as tg
-from forge_tflm.ops import QuantParams, RecalibOp, RecalibOptions, argmax_s8
+from forge_tflm.ops import QuantParams, RecalibOp, RecalibOptions
 from forge_tflm.quiet import native_output_hidden
 from forge_tflm.runtime.tflm_kernels import TFLM_HOST_BUILTINS
 
@@ -307,14 +307,20 @@ class SegmentedModel:
 
   def commit(self, y: np.ndarray) -> None:
     """The deferred class update after an adapt run(): y is that run's int8 output
-    [N, K]; each image enters its predicted class (argmax, lowest index on ties) at
-    every class-balanced site. A no-op for other sites and when nothing is pending."""
+    [N, K]; at every class-balanced site each image enters its predicted class when
+    the prediction leads by the site's class_margin (SPEC "Labels"; a device passes
+    the same output to ForgeRecalibControl::CommitOutput). A no-op for other sites
+    and when nothing is pending."""
     if not self.class_balanced:
       return
-    labels = argmax_s8(np.asarray(y).reshape(len(y), -1))
+    logits = np.asarray(y).reshape(len(y), -1)
     for node in self.nodes:
       if node.op.class_balanced:
-        node.op.commit(labels)
+        if logits.shape[1] != node.op.options.classes:
+          raise ValueError(f"{self.source}: FORGE node {node.name} keeps statistics for"
+                           f" {node.op.options.classes} classes but the model's output"
+                           f" has {logits.shape[1]} values per image")
+        node.op.commit_output(logits)
 
   def get_state(self) -> list[np.ndarray]:
     return [n.state.data.copy() for n in self.nodes]

@@ -34,8 +34,10 @@ def converted(tmp_path_factory):
   plain = str(d / "plain.tflite")
   out = str(d / "classes.tflite")
   convert(src, plain, _labelled(), ConvertOptions(calibration_size=32))
+  # class_margin 0: every prediction of the tiny model commits (a test below).
   result = convert(src, out, _labelled(), ConvertOptions(calibration_size=32,
-                                                         class_images=100))
+                                                         class_images=100,
+                                                         class_margin=0.0))
   return plain, out, result
 
 
@@ -72,6 +74,26 @@ def test_offsets_are_the_class_means_of_the_op_input(converted):
     means = np.stack([per_image[images.labels[:100] == k].mean(0) for k in range(10)])
     np.testing.assert_allclose(measured[op_index], means - means.mean(0), rtol=1e-4,
                                atol=1e-6)
+
+
+def test_the_class_margin_is_in_output_steps_and_in_the_manifest(tmp_path):
+  assert class_offsets.margin_steps(0.0, 0.1) == 0
+  assert class_offsets.margin_steps(12.0, 0.1187) == 102  # ceil(101.09)
+  assert class_offsets.margin_steps(1.0, 0.1) == 10
+  assert class_offsets.margin_steps(1e6, 0.1) == 255
+  with pytest.raises(ValueError, match="class_margin"):
+    ConvertOptions(class_margin=-1.0)
+  src = str(tmp_path / "tiny.keras")
+  tiny_models.tiny_resnet().save(src)
+  out = str(tmp_path / "margin.tflite")
+  convert(src, out, _labelled(), ConvertOptions(calibration_size=32, class_images=100,
+                                                class_margin=2.0))
+  art = Artifact.load(out, require_manifest=True)
+  scale = art.manifest.to_json()["output"]["quantization"]["scale"]
+  for site in art.manifest.sites:
+    assert site.options.class_margin == class_offsets.margin_steps(2.0, scale)
+  assert SegmentedModel.from_artifact(art).nodes[0].op.options.class_margin == \
+      art.manifest.sites[0].options.class_margin
 
 
 def test_manifest_states_the_bytes_per_channel(converted):

@@ -175,7 +175,45 @@ def test_classes_option_round_trips_and_off_is_not_written():
   assert "classes" not in off.to_json()
 
 
-def test_argmax_takes_the_lowest_index_on_ties():
-  logits = np.array([[3, 7, 7, -1], [-128, -128, -128, -128], [0, 1, 2, 127]], np.int8)
-  assert ops.argmax_s8(logits).tolist() == [1, 0, 3]
-  assert reference.argmax_s8(logits).tolist() == [1, 0, 3]
+def test_labels_are_the_argmax_lowest_index_on_ties_when_it_leads_by_the_margin():
+  logits = np.array([[3, 7, 7, -1], [-128, -128, -128, -128], [0, 1, 2, 127],
+                     [-128, 127, -128, -128], [10, 30, 29, 0]], np.int8)
+  for margin, want in ((0, [1, 0, 3, 1, 1]), (1, [-1, -1, 3, 1, 1]),
+                       (2, [-1, -1, 3, 1, -1]), (125, [-1, -1, 3, 1, -1]),
+                       (255, [-1, -1, -1, 1, -1])):
+    assert ops.class_labels_s8(logits, margin).tolist() == want, margin
+    assert reference.class_labels_s8(logits, margin).tolist() == want, margin
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_commits_from_the_output_match_the_reference_bit_for_bit(seed):
+  """commit_output: the op takes each image's label from the int8 logits with its
+  class_margin (SPEC "Labels"), in C as in numpy."""
+  rng = np.random.default_rng([2612, seed])
+  for trial in range(30):
+    case, opts, offsets = _class_case(rng)
+    opts = dataclasses.replace(opts, class_margin=int(rng.choice([0, 1, 20, 100])))
+    ref = ops.RecalibOp(opts, case.quant, case.beta, case.gamma_abs, offsets=offsets)
+    node = ops.RecalibOp(opts, case.quant, case.beta, case.gamma_abs, offsets=offsets)
+    for step, (x, mode) in enumerate(zip(case.batches, case.modes)):
+      where = f"trial {trial} step {step} {mode} {opts}"
+      np.testing.assert_array_equal(node(x, mode), ref.reference(x, mode), where)
+      logits = rng.integers(-128, 128, (len(x), opts.classes)).astype(np.int8)
+      logits[rng.random(len(x)) < 0.5, 0] = 127  # Some confident rows.
+      node.commit_output(logits)
+      ref.reference_commit_output(logits)
+      np.testing.assert_array_equal(_bits(node.state.classes), _bits(ref.state.classes),
+                                    where)
+      assert node.state.pending is None and ref.state.pending is None
+
+
+def test_class_margin_needs_classes_and_stays_in_range():
+  assert ops.RecalibOptions(window=64, classes=10, class_margin=0).class_margin is None
+  opts = ops.RecalibOptions(window=64, classes=10, class_margin=100)
+  assert ops.decode_options(ops.encode_options(opts)) == opts
+  for bad, match in (({"class_margin": 5}, "needs classes"),
+                     ({"classes": 10, "class_margin": 256}, r"\[0, 255\]"),
+                     ({"classes": 10, "class_margin": -1}, r"\[0, 255\]"),
+                     ({"classes": 10, "class_margin": 1.5}, "integer")):
+    with pytest.raises(ValueError, match=match):
+      ops.RecalibOptions(window=64, **bad)

@@ -36,9 +36,10 @@
  *   pmean[N][C], pvar[N][C]] (8 + 8K + 8N bytes/channel). Adapt and frozen
  *   Evals normalize with the class mixture (mu = mean_k cmu_k, var = mean_k
  *   (cvar_k + (cmu_k - mu)^2)) written into [mu, var], run the core in frozen
- *   mode, and an adapt Eval keeps each image's (mean, var) pending; the labels
- *   the app commits through the control (argmax of the output) move them into
- *   their classes at rate min(1, K/W) per image, at the op's next Eval.
+ *   mode, and an adapt Eval keeps each image's (mean, var) pending; at the
+ *   op's next Eval the app's commit (CommitOutput: the label each image's int8
+ *   output gives, argmax leading by class_margin; or CommitLabels) moves them
+ *   into their classes at rate min(1, K/W) per image.
  * Controls (per interpreter, no globals): the forge_tflm::ForgeRecalibControl
  *   attached with MicroInterpreter::SetMicroExternalContext, read at every
  *   Eval: mode (adapt / frozen) and reset_generation (an op resets when it
@@ -46,7 +47,7 @@
  *   control attached: adapt, reset only by the reset hook. Another payload
  *   in the slot: Eval fails (it would be misread).
  * Op data (persistent, per node): options, quantization constants, state and
- *   target pointers, shape: FORGE_RECALIB_OP_DATA_BYTES_ILP32 (128 B) on 32-bit
+ *   target pointers, shape: FORGE_RECALIB_OP_DATA_BYTES_ILP32 (132 B) on 32-bit
  *   targets, checked below. Invalid options are logged by Init, which then
  *   allocates nothing and Prepare fails.
  * Scratch (non-persistent arena): forge_recalib_scratch_bytes(C) = 280 B/ch
@@ -340,14 +341,19 @@ TfLiteStatus Eval(TfLiteContext* context, TfLiteNode* node) {
     if (classes && data->seen_labels != control->label_generation) {
       data->seen_labels = control->label_generation;
       if (data->pending) {
-        if (control->labels == nullptr || control->label_count != data->n) {
-          return Fail("CommitLabels needs one label per image of the batch");
+        if ((control->labels == nullptr && control->logits == nullptr) ||
+            control->label_count != data->n) {
+          return Fail("a commit needs one label (or output row) per image of the batch");
         }
-        if (forge_recalib_classes_commit(Pending(data), control->labels, data->n,
-                                         data->c, &data->opts, ClassState(data),
-                                         &msg) != FORGE_RECALIB_OK) {
-          return Fail(msg);
-        }
+        const int status =
+            control->labels != nullptr
+                ? forge_recalib_classes_commit(Pending(data), control->labels, data->n,
+                                               data->c, &data->opts, ClassState(data),
+                                               &msg)
+                : forge_recalib_classes_commit_s8(Pending(data), control->logits,
+                                                  data->n, data->c, &data->opts,
+                                                  ClassState(data), &msg);
+        if (status != FORGE_RECALIB_OK) return Fail(msg);
         data->pending = 0;
       }
     }

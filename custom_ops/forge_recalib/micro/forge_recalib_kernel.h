@@ -12,11 +12,14 @@
 //   control.SetMode(FORGE_RECALIB_MODE_ADAPT);   // resume (the default)
 //   control.SetMode(FORGE_RECALIB_MODE_SOURCE);  // one pass as the int8 source
 //                    // (clean targets), state kept: the gate's probe
-//   control.CommitLabels(labels, n);  // class-balanced ops (option classes):
-//                    // the last adapt Invoke's n images enter their classes
-//                    // (labels[i] in [0, K) or -1; argmax of the int8 output),
-//                    // applied at each op's next Eval; `labels` must stay
-//                    // valid until then
+//   control.CommitOutput(logits, n);  // class-balanced ops (option classes):
+//                    // the last adapt Invoke's n images enter the classes each
+//                    // op reads from the int8 output logits[n][K] (SPEC
+//                    // "Labels": the argmax, if it leads by the op's
+//                    // class_margin), applied at each op's next Eval;
+//                    // `logits` must stay valid until then (copy the output)
+//   control.CommitLabels(labels, n);  // or labels of your own (labels[i] in
+//                    // [0, K) or -1), same rules
 //   control.RequestReset();  // every FORGE_RECALIB op of this interpreter
 //                            // restores its clean targets (mu = beta,
 //                            // var = gamma_abs^2) at its next Eval
@@ -54,9 +57,11 @@ struct ForgeRecalibControl {
   // means "reset at your next Eval", so one bump reaches every op.
   uint32_t reset_generation = 0;
   // Class-balanced statistics (SPEC "Commit"): the labels of the last adapt
-  // invocation's images; an op applies them once, when label_generation
-  // differs from the one it last applied.
+  // invocation's images, or its int8 output to take them from (one of the
+  // two is set); an op applies them once, when label_generation differs from
+  // the one it last applied.
   const int32_t* labels = nullptr;
+  const int8_t* logits = nullptr;
   int32_t label_count = 0;
   uint32_t label_generation = 0;
 
@@ -74,6 +79,13 @@ struct ForgeRecalibControl {
   void RequestReset() { ++reset_generation; }
   void CommitLabels(const int32_t* new_labels, int32_t count) {
     labels = new_labels;
+    logits = nullptr;
+    label_count = count;
+    ++label_generation;
+  }
+  void CommitOutput(const int8_t* output, int32_t count) {
+    labels = nullptr;
+    logits = output;
     label_count = count;
     ++label_generation;
   }

@@ -490,6 +490,38 @@ TF_LITE_MICRO_TEST(ClassBalancedStreamMatchesReference) {
   TF_LITE_MICRO_EXPECT_EQ(kTfLiteError, interpreter.Invoke());
 }
 
+// Option class_margin: the app commits the model's int8 output
+// (CommitOutput) and the op takes each image's label from it (the argmax when
+// it leads by the margin, else none), bit for bit the numpy reference.
+TF_LITE_MICRO_TEST(ClassMarginCommitsFromTheOutputMatchReference) {
+  namespace v = forge_recalib_test;
+  const tflite::Model* model = tflite::GetModel(v::kClassMarginModel);
+  tflite::MicroMutableOpResolver<1> resolver;
+  resolver.AddCustom("FORGE_RECALIB", forge_tflm::Register_FORGE_RECALIB());
+  alignas(16) static uint8_t arena[16 * 1024];
+  tflite::MicroInterpreter interpreter(model, resolver, arena, sizeof(arena));
+  forge_tflm::ForgeRecalibControl control;
+  TF_LITE_MICRO_EXPECT_EQ(kTfLiteOk, interpreter.SetMicroExternalContext(&control));
+  TF_LITE_MICRO_EXPECT_EQ(kTfLiteOk, interpreter.AllocateTensors());
+  TfLiteTensor* in = interpreter.input(0);
+  TfLiteTensor* out = interpreter.output(0);
+  for (int s = 0; s < v::kClassMarginSteps; ++s) {
+    memcpy(in->data.int8, v::kClassMarginInput + s * v::kClassMarginElements,
+           v::kClassMarginElements);
+    TF_LITE_MICRO_EXPECT_EQ(kTfLiteOk, interpreter.Invoke());
+    TF_LITE_MICRO_EXPECT_EQ(
+        0, memcmp(out->data.int8, v::kClassMarginExpectedAdapt + s * v::kClassMarginElements,
+                  v::kClassMarginElements));
+    control.CommitOutput(v::kClassMarginLogits + s * v::kClassMarginBatch * v::kClassMarginClasses,
+                         v::kClassMarginBatch);
+  }
+  control.SetMode(FORGE_RECALIB_MODE_FROZEN);
+  memcpy(in->data.int8, v::kClassMarginInput, v::kClassMarginElements);
+  TF_LITE_MICRO_EXPECT_EQ(kTfLiteOk, interpreter.Invoke());
+  TF_LITE_MICRO_EXPECT_EQ(
+      0, memcmp(out->data.int8, v::kClassMarginExpectedFrozen, v::kClassMarginElements));
+}
+
 TF_LITE_MICRO_TEST(TwoInterpretersAdaptAndResetIndependently) {
   const CaseData k = FORGE_CASE(kStream);
   InterpreterFixture fixture_a(k), fixture_b(k);

@@ -247,6 +247,12 @@ def rule_cases() -> list[tuple[str, bytes, bool]]:
       ("classes_offsets_k_differs", dict(offsets=offsets[:2], options=classes3), False),
       ("classes_offsets_nan", dict(offsets=nan_offsets, options=classes3), False),
       ("options_classes_1", dict(options=_flexbuffer_map(window=8, classes=1)), False),
+      ("valid_class_margin", dict(offsets=offsets, options=_flexbuffer_map(
+          window=8, classes=3, class_margin=255)), True),
+      ("class_margin_without_classes", dict(options=_flexbuffer_map(
+          window=8, class_margin=5)), False),
+      ("class_margin_256", dict(offsets=offsets, options=_flexbuffer_map(
+          window=8, classes=3, class_margin=256)), False),
   ]
   return [(name, _rule_model(**kwargs), accepted) for name, kwargs, accepted in cases]
 
@@ -280,13 +286,15 @@ def _rule_cases_text() -> str:
   return "".join(out)
 
 
-def _classes_case(rng) -> str:
+def _classes_case(rng, margin: int | None = None) -> str:
   """A class-balanced stream through a one-op model: per step an adapt invocation,
   then the labels committed (through the control on the device), then one frozen
-  invocation at the end; expected outputs from the numpy reference."""
+  invocation at the end; expected outputs from the numpy reference. With `margin`
+  (option class_margin) the commits are the model's int8 outputs instead (logits
+  [N, K], CommitOutput): the op takes the labels from them."""
   shape, k, steps = (2, 3, 3, 4), 3, 4
   c = shape[-1]
-  opts = ops.RecalibOptions(window=6, classes=k, activation="relu")
+  opts = ops.RecalibOptions(window=6, classes=k, activation="relu", class_margin=margin)
   quant = ops.QuantParams(s_x=0.05, z_x=-7, s_y=0.03, z_y=-100)
   offsets = rng.normal(0, 0.2, (k, c)).astype(np.float32)
   model = _rule_model(x_shape=shape, x_quant=(quant.s_x, quant.z_x),
@@ -296,23 +304,37 @@ def _classes_case(rng) -> str:
   spec = forge_node(check_model(model), 0)
   node = ops.RecalibOp(opts, quant, spec.beta, spec.gamma_abs, offsets=offsets)
   xs = _shifted_batches(rng, shape, steps, shift=-5.0, scale=30.0)
-  labels = rng.integers(-1, k, (steps, shape[0])).astype(np.int32)
+  if margin is None:
+    labels = rng.integers(-1, k, (steps, shape[0])).astype(np.int32)
+  else:  # Logits: about half the rows lead by 57 (over the margin), the rest at random.
+    labels = rng.integers(-100, 100, (steps, shape[0], k)).astype(np.int8)
+    lead = rng.integers(0, k, (steps, shape[0]))
+    confident = rng.random((steps, shape[0])) < 0.5
+    labels[confident, lead[confident]] = 127
+    labels[confident] = np.minimum(labels[confident], 70)
+    labels[confident, lead[confident]] = 127
   adapt = []
   for x, lab in zip(xs, labels):
     adapt.append(node.reference(x, "adapt"))
-    node.reference_commit(lab)
+    if margin is None:
+      node.reference_commit(lab)
+    else:
+      node.reference_commit_output(lab)
   frozen = node.reference(xs[0], "frozen")
-  p = "kClasses"
+  p = "kClasses" if margin is None else "kClassMargin"
+  commits = "labels" if margin is None else "logits (CommitOutput)"
   return "".join([
-      f"// Classes: shape {list(shape)}, {opts}, {quant}: adapt, commit labels per"
+      f"// {p[1:]}: shape {list(shape)}, {opts}, {quant}: adapt, commit {commits} per"
       " step, then frozen on step 0's input\n",
       f"constexpr int {p}Elements = {int(np.prod(shape))};\n",
       f"constexpr int {p}Batch = {shape[0]};\n",
       f"constexpr int {p}Steps = {steps};\n",
+      f"constexpr int {p}Classes = {k};\n" if margin is not None else "",
       _c_array("uint8_t", f"{p}Model", np.frombuffer(model, np.uint8), 24).replace(
           "alignas(8)", "alignas(16)"),
       _c_array("int8_t", f"{p}Input", np.stack(xs)),
-      _c_array("int32_t", f"{p}Labels", labels),
+      _c_array("int32_t" if margin is None else "int8_t",
+               f"{p}Labels" if margin is None else f"{p}Logits", labels),
       _c_array("int8_t", f"{p}ExpectedAdapt", np.stack(adapt)),
       _c_array("int8_t", f"{p}ExpectedFrozen", frozen)])
 
@@ -346,6 +368,7 @@ def generate() -> str:
          f"#include <stdint.h>\n\nnamespace forge_recalib_test {{\n\n"]
   out += [c + "\n" for c in cases]
   out.append(_classes_case(rng) + "\n")
+  out.append(_classes_case(rng, margin=50) + "\n")
   for name, data in bad.items():
     out.append(_c_array("uint8_t", f"kBadOptions{name}", np.frombuffer(data, np.uint8)))
   out.append("\n" + _rule_cases_text())

@@ -81,6 +81,7 @@ void forge_recalib_options_default(forge_recalib_options* opts) {
   opts->activation = FORGE_RECALIB_ACT_NONE;
   opts->variance = FORGE_RECALIB_VAR_RUNNING;
   opts->classes = 0;
+  opts->class_margin = 0;
 }
 
 int forge_recalib_validate_options(const forge_recalib_options* opts,
@@ -117,6 +118,12 @@ int forge_recalib_validate_options(const forge_recalib_options* opts,
       !(opts->classes >= 2 && opts->classes <= FORGE_RECALIB_MAX_CLASSES)) {
     return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS,
                    "classes must be 0 (off) or in [2, 256]");
+  }
+  if (opts->class_margin < 0 || opts->class_margin > 255) {
+    return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS, "class_margin must be in [0, 255]");
+  }
+  if (opts->class_margin > 0 && opts->classes == 0) {
+    return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS, "class_margin needs classes");
   }
   return set_msg(msg, FORGE_RECALIB_OK, "ok");
 }
@@ -643,75 +650,107 @@ int forge_recalib_image_moments(const int8_t* x, int32_t N, int32_t HW,
   return set_msg(msg, FORGE_RECALIB_OK, "ok");
 }
 
-int forge_recalib_classes_commit(const float* pending, const int32_t* labels,
-                                 int32_t N, int32_t C,
-                                 const forge_recalib_options* opts,
-                                 float* class_state, const char** msg) {
-  int32_t K, n, c;
-  size_t kc;
-  float rate, om;
+/* Validates the options, shape and (given) labels of a commit; its rate. */
+static int commit_check(const float* pending, const void* labels, int32_t N,
+                        int32_t C, const forge_recalib_options* opts,
+                        float* class_state, float* rate, const char** msg) {
   int status;
   if (pending == NULL || labels == NULL || opts == NULL || class_state == NULL) {
     return set_msg(msg, FORGE_RECALIB_ERR_NULL, "a required pointer is NULL");
   }
   status = forge_recalib_validate_options(opts, msg);
   if (status != FORGE_RECALIB_OK) return status;
-  K = opts->classes;
-  if (K == 0) {
+  if (opts->classes == 0) {
     return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS,
                    "class commit without the classes option");
   }
   if (N < 1 || N > FORGE_RECALIB_MAX_M || C < 1 || C > FORGE_RECALIB_MAX_C) {
     return set_msg(msg, FORGE_RECALIB_ERR_SHAPE, "N or C out of range");
   }
+  if (opts->use_window) {
+    *rate = (float)opts->classes / (float)opts->window;
+  } else {
+    *rate = (float)opts->classes * opts->momentum;
+  }
+  if (*rate > 1.0f) *rate = 1.0f;
+  return set_msg(msg, FORGE_RECALIB_OK, "ok");
+}
+
+/* Image n of pending enters class `label` (SPEC "Commit"). */
+static void commit_image(const float* pending, int32_t n, int32_t label,
+                         int32_t N, int32_t C, const forge_recalib_options* opts,
+                         float rate, float* class_state) {
+  const float om = 1.0f - rate;
+  const size_t kc = (size_t)opts->classes * (size_t)C;
+  const float* mean_in = pending + (size_t)n * (size_t)C;
+  const float* var_in = pending + ((size_t)N + (size_t)n) * (size_t)C;
+  float* cmu = class_state + (size_t)label * (size_t)C;
+  float* cvar = class_state + kc + (size_t)label * (size_t)C;
+  int32_t c;
+  for (c = 0; c < C; ++c) {
+    const float mu_keep = om * cmu[c];
+    const float mu_add = rate * mean_in[c];
+    const float mu_new = mu_keep + mu_add;
+    float v_used = var_in[c];
+    float var_keep, var_add;
+    if (opts->variance == FORGE_RECALIB_VAR_RUNNING) {
+      const float d = mean_in[c] - mu_new;
+      const float d2 = d * d;
+      v_used = var_in[c] + d2;
+    }
+    var_keep = om * cvar[c];
+    var_add = rate * v_used;
+    cmu[c] = mu_new;
+    cvar[c] = var_keep + var_add;
+  }
+}
+
+int forge_recalib_classes_commit(const float* pending, const int32_t* labels,
+                                 int32_t N, int32_t C,
+                                 const forge_recalib_options* opts,
+                                 float* class_state, const char** msg) {
+  int32_t n;
+  float rate;
+  const int status = commit_check(pending, labels, N, C, opts, class_state, &rate, msg);
+  if (status != FORGE_RECALIB_OK) return status;
   for (n = 0; n < N; ++n) {
-    if (labels[n] < -1 || labels[n] >= K) {
+    if (labels[n] < -1 || labels[n] >= opts->classes) {
       return set_msg(msg, FORGE_RECALIB_ERR_SHAPE,
                      "a label must be a class in [0, K) or -1");
     }
   }
-  if (opts->use_window) {
-    rate = (float)K / (float)opts->window;
-  } else {
-    rate = (float)K * opts->momentum;
-  }
-  if (rate > 1.0f) rate = 1.0f;
-  om = 1.0f - rate;
-  kc = (size_t)K * (size_t)C;
   for (n = 0; n < N; ++n) {
-    const float* mean_in = pending + (size_t)n * (size_t)C;
-    const float* var_in = pending + ((size_t)N + (size_t)n) * (size_t)C;
-    float* cmu;
-    float* cvar;
-    if (labels[n] < 0) continue;
-    cmu = class_state + (size_t)labels[n] * (size_t)C;
-    cvar = class_state + kc + (size_t)labels[n] * (size_t)C;
-    for (c = 0; c < C; ++c) {
-      const float mu_keep = om * cmu[c];
-      const float mu_add = rate * mean_in[c];
-      const float mu_new = mu_keep + mu_add;
-      float v_used = var_in[c];
-      float var_keep, var_add;
-      if (opts->variance == FORGE_RECALIB_VAR_RUNNING) {
-        const float d = mean_in[c] - mu_new;
-        const float d2 = d * d;
-        v_used = var_in[c] + d2;
-      }
-      var_keep = om * cvar[c];
-      var_add = rate * v_used;
-      cmu[c] = mu_new;
-      cvar[c] = var_keep + var_add;
-    }
+    if (labels[n] >= 0) commit_image(pending, n, labels[n], N, C, opts, rate, class_state);
   }
   return set_msg(msg, FORGE_RECALIB_OK, "ok");
 }
 
-int32_t forge_recalib_argmax_s8(const int8_t* logits, int32_t K) {
-  int32_t k, best = 0;
+int forge_recalib_classes_commit_s8(const float* pending, const int8_t* logits,
+                                    int32_t N, int32_t C,
+                                    const forge_recalib_options* opts,
+                                    float* class_state, const char** msg) {
+  int32_t n;
+  float rate;
+  const int status = commit_check(pending, logits, N, C, opts, class_state, &rate, msg);
+  if (status != FORGE_RECALIB_OK) return status;
+  for (n = 0; n < N; ++n) {
+    const int32_t label = forge_recalib_class_label_s8(
+        logits + (size_t)n * (size_t)opts->classes, opts->classes, opts->class_margin);
+    if (label >= 0) commit_image(pending, n, label, N, C, opts, rate, class_state);
+  }
+  return set_msg(msg, FORGE_RECALIB_OK, "ok");
+}
+
+int32_t forge_recalib_class_label_s8(const int8_t* logits, int32_t K,
+                                     int32_t min_margin) {
+  int32_t k, best = 0, second = -129;
   for (k = 1; k < K; ++k) {
     if (logits[k] > logits[best]) best = k;
   }
-  return best;
+  for (k = 0; k < K; ++k) {
+    if (k != best && logits[k] > second) second = logits[k];
+  }
+  return (int32_t)logits[best] - second >= min_margin ? best : -1;
 }
 
 int forge_recalib_s8_ansi_path(const int8_t* x, int8_t* y, int32_t N,

@@ -108,7 +108,7 @@ const char* forge_recalib_path_name(int32_t code);
  * ScratchBufferHandle). micro/forge_recalib_kernel.cc checks both against the
  * real layouts on every 32-bit build; the manifest's memory figures use them.
  * TFLM rounds each persistent buffer up to FORGE_RECALIB_ARENA_ALIGN. */
-#define FORGE_RECALIB_OP_DATA_BYTES_ILP32 128
+#define FORGE_RECALIB_OP_DATA_BYTES_ILP32 132
 #define FORGE_RECALIB_TFLM_NODE_BYTES_ILP32 72
 #define FORGE_RECALIB_ARENA_ALIGN 16
 
@@ -123,7 +123,8 @@ const char* forge_recalib_path_name(int32_t code);
   X(eps, FLOAT)                        \
   X(activation, ACTIVATION)            \
   X(variance, VARIANCE)                \
-  X(classes, INT)
+  X(classes, INT)                      \
+  X(class_margin, INT)
 
 typedef struct {
   int32_t use_window; /* 0: fixed momentum, 1: window (m = min(1, N/W)) */
@@ -134,6 +135,9 @@ typedef struct {
   int32_t variance;   /* forge_recalib_variance */
   int32_t classes;    /* 0: off; K in [2, FORGE_RECALIB_MAX_CLASSES]: class-
                          balanced statistics (SPEC "Class-balanced statistics") */
+  int32_t class_margin; /* in [0, 255], needs classes when > 0: an image enters
+                           its class only when its top int8 logit leads the
+                           next by at least this much (SPEC "Labels") */
 } forge_recalib_options;
 
 /* Quantization constants, computed once by forge_recalib_prepare_quant. */
@@ -231,9 +235,17 @@ int forge_recalib_classes_commit(const float* pending, const int32_t* labels,
                                  int32_t N, int32_t C,
                                  const forge_recalib_options* opts,
                                  float* class_state, const char** msg);
-/* The label of one image: the index of the largest int8 logit, the lowest
- * index on ties (exact on every target). */
-int32_t forge_recalib_argmax_s8(const int8_t* logits, int32_t K);
+/* commit with each image's label taken from the model's int8 output
+ * logits[N][K] by forge_recalib_class_label_s8 with opts->class_margin. */
+int forge_recalib_classes_commit_s8(const float* pending, const int8_t* logits,
+                                    int32_t N, int32_t C,
+                                    const forge_recalib_options* opts,
+                                    float* class_state, const char** msg);
+/* The label of one image (SPEC "Labels"): the index of the largest int8 logit
+ * (the lowest index on ties) when it exceeds every other logit by at least
+ * min_margin, else -1 (exact on every target). min_margin 0: the argmax. */
+int32_t forge_recalib_class_label_s8(const int8_t* logits, int32_t K,
+                                     int32_t min_margin);
 
 /* Internal: the hot loops a target variant may replace (forge_recalib_s8_hooked
  * runs the whole invocation, validation and every float32 step of the SPEC

@@ -131,7 +131,8 @@ int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
     return Fail(msg, "malformed flexbuffer options: key/value count mismatch");
   }
   bool has_momentum = false, has_window = false, has_eps = false,
-       has_activation = false, has_variance = false, has_classes = false;
+       has_activation = false, has_variance = false, has_classes = false,
+       has_class_margin = false;
   for (size_t i = 0; i < keys.size(); ++i) {
     const flexbuffers::Reference key_ref = keys[i];
     if (!key_ref.IsKey()) return Fail(msg, "malformed flexbuffer options: key");
@@ -199,9 +200,23 @@ int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
         return Fail(msg, "classes must be 0 (off) or in [2, 256]");
       }
       out->classes = static_cast<int32_t>(k);
+    } else if (KeyIs(key, "class_margin")) {
+      if (has_class_margin) return Fail(msg, "duplicate option key 'class_margin'");
+      has_class_margin = true;
+      int64_t t;
+      if (v.IsUInt()) {
+        const uint64_t u = v.AsUInt64();
+        t = u > 255 ? -1 : static_cast<int64_t>(u);
+      } else if (v.IsInt()) {
+        t = v.AsInt64();
+      } else {
+        return Fail(msg, "option 'class_margin' must be an integer");
+      }
+      if (t < 0 || t > 255) return Fail(msg, "class_margin must be in [0, 255]");
+      out->class_margin = static_cast<int32_t>(t);
     } else {
       return Fail(msg, "unknown option key (momentum, window, eps, activation, "
-                       "variance, classes)");
+                       "variance, classes, class_margin)");
     }
   }
   if (has_momentum == has_window) {
