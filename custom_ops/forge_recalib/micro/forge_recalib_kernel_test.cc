@@ -218,6 +218,31 @@ struct InterpreterFixture {
 // Arena of the FORGE rule cases (static: the largest model needs 8 MiB).
 alignas(16) uint8_t g_rule_arena[9 * 1024 * 1024];
 
+// A class-balanced one-op model (the vectors' kClasses* / kClassMargin*) in an
+// interpreter with a control attached.
+struct ClassFixture {
+  explicit ClassFixture(const uint8_t* model_data)
+      : interpreter(tflite::GetModel(model_data), resolver, arena, sizeof(arena)) {}
+  bool Start() {
+    resolver.AddCustom("FORGE_RECALIB", forge_tflm::Register_FORGE_RECALIB());
+    return interpreter.SetMicroExternalContext(&control) == kTfLiteOk &&
+           interpreter.AllocateTensors() == kTfLiteOk;
+  }
+  // Invokes on `input` and compares the output with `expected`.
+  bool InvokeAndMatch(const int8_t* input, const int8_t* expected, int elements) {
+    TfLiteTensor* in = interpreter.input(0);
+    if (in->bytes != static_cast<size_t>(elements)) return false;
+    memcpy(in->data.int8, input, elements);
+    return interpreter.Invoke() == kTfLiteOk &&
+           memcmp(interpreter.output(0)->data.int8, expected, elements) == 0;
+  }
+
+  tflite::MicroMutableOpResolver<1> resolver;
+  alignas(16) uint8_t arena[16 * 1024];
+  tflite::MicroInterpreter interpreter;
+  forge_tflm::ForgeRecalibControl control;
+};
+
 }  // namespace
 
 TF_LITE_MICRO_TESTS_BEGIN
@@ -455,39 +480,24 @@ TF_LITE_MICRO_TEST(InterpreterControlsOnAllCases) {
 // reset request brings back the clean class state (the first step again).
 TF_LITE_MICRO_TEST(ClassBalancedStreamMatchesReference) {
   namespace v = forge_recalib_test;
-  const tflite::Model* model = tflite::GetModel(v::kClassesModel);
-  tflite::MicroMutableOpResolver<1> resolver;
-  resolver.AddCustom("FORGE_RECALIB", forge_tflm::Register_FORGE_RECALIB());
-  alignas(16) static uint8_t arena[16 * 1024];
-  tflite::MicroInterpreter interpreter(model, resolver, arena, sizeof(arena));
-  forge_tflm::ForgeRecalibControl control;
-  TF_LITE_MICRO_EXPECT_EQ(kTfLiteOk, interpreter.SetMicroExternalContext(&control));
-  TF_LITE_MICRO_EXPECT_EQ(kTfLiteOk, interpreter.AllocateTensors());
-  TfLiteTensor* in = interpreter.input(0);
-  TfLiteTensor* out = interpreter.output(0);
-  TF_LITE_MICRO_EXPECT_EQ(static_cast<size_t>(v::kClassesElements), in->bytes);
+  static ClassFixture f(v::kClassesModel);
+  TF_LITE_MICRO_EXPECT(f.Start());
+  const int n = v::kClassesElements;
   for (int pass = 0; pass < 2; ++pass) {
     for (int s = 0; s < v::kClassesSteps; ++s) {
-      memcpy(in->data.int8, v::kClassesInput + s * v::kClassesElements,
-             v::kClassesElements);
-      TF_LITE_MICRO_EXPECT_EQ(kTfLiteOk, interpreter.Invoke());
-      TF_LITE_MICRO_EXPECT_EQ(0, memcmp(out->data.int8,
-                                        v::kClassesExpectedAdapt + s * v::kClassesElements,
-                                        v::kClassesElements));
-      control.CommitLabels(v::kClassesLabels + s * v::kClassesBatch, v::kClassesBatch);
+      TF_LITE_MICRO_EXPECT(f.InvokeAndMatch(v::kClassesInput + s * n,
+                                            v::kClassesExpectedAdapt + s * n, n));
+      f.control.CommitLabels(v::kClassesLabels + s * v::kClassesBatch, v::kClassesBatch);
     }
-    control.SetMode(FORGE_RECALIB_MODE_FROZEN);
-    memcpy(in->data.int8, v::kClassesInput, v::kClassesElements);
-    TF_LITE_MICRO_EXPECT_EQ(kTfLiteOk, interpreter.Invoke());
-    TF_LITE_MICRO_EXPECT_EQ(
-        0, memcmp(out->data.int8, v::kClassesExpectedFrozen, v::kClassesElements));
-    control.SetMode(FORGE_RECALIB_MODE_ADAPT);
-    control.RequestReset();
+    f.control.SetMode(FORGE_RECALIB_MODE_FROZEN);
+    TF_LITE_MICRO_EXPECT(f.InvokeAndMatch(v::kClassesInput, v::kClassesExpectedFrozen, n));
+    f.control.SetMode(FORGE_RECALIB_MODE_ADAPT);
+    f.control.RequestReset();
   }
   // Labels for a different batch size are an error at the next Eval.
-  TF_LITE_MICRO_EXPECT_EQ(kTfLiteOk, interpreter.Invoke());
-  control.CommitLabels(v::kClassesLabels, v::kClassesBatch + 1);
-  TF_LITE_MICRO_EXPECT_EQ(kTfLiteError, interpreter.Invoke());
+  TF_LITE_MICRO_EXPECT_EQ(kTfLiteOk, f.interpreter.Invoke());
+  f.control.CommitLabels(v::kClassesLabels, v::kClassesBatch + 1);
+  TF_LITE_MICRO_EXPECT_EQ(kTfLiteError, f.interpreter.Invoke());
 }
 
 // Option class_margin: the app commits the model's int8 output
@@ -495,31 +505,19 @@ TF_LITE_MICRO_TEST(ClassBalancedStreamMatchesReference) {
 // it leads by the margin, else none), bit for bit the numpy reference.
 TF_LITE_MICRO_TEST(ClassMarginCommitsFromTheOutputMatchReference) {
   namespace v = forge_recalib_test;
-  const tflite::Model* model = tflite::GetModel(v::kClassMarginModel);
-  tflite::MicroMutableOpResolver<1> resolver;
-  resolver.AddCustom("FORGE_RECALIB", forge_tflm::Register_FORGE_RECALIB());
-  alignas(16) static uint8_t arena[16 * 1024];
-  tflite::MicroInterpreter interpreter(model, resolver, arena, sizeof(arena));
-  forge_tflm::ForgeRecalibControl control;
-  TF_LITE_MICRO_EXPECT_EQ(kTfLiteOk, interpreter.SetMicroExternalContext(&control));
-  TF_LITE_MICRO_EXPECT_EQ(kTfLiteOk, interpreter.AllocateTensors());
-  TfLiteTensor* in = interpreter.input(0);
-  TfLiteTensor* out = interpreter.output(0);
+  static ClassFixture f(v::kClassMarginModel);
+  TF_LITE_MICRO_EXPECT(f.Start());
+  const int n = v::kClassMarginElements;
   for (int s = 0; s < v::kClassMarginSteps; ++s) {
-    memcpy(in->data.int8, v::kClassMarginInput + s * v::kClassMarginElements,
-           v::kClassMarginElements);
-    TF_LITE_MICRO_EXPECT_EQ(kTfLiteOk, interpreter.Invoke());
-    TF_LITE_MICRO_EXPECT_EQ(
-        0, memcmp(out->data.int8, v::kClassMarginExpectedAdapt + s * v::kClassMarginElements,
-                  v::kClassMarginElements));
-    control.CommitOutput(v::kClassMarginLogits + s * v::kClassMarginBatch * v::kClassMarginClasses,
-                         v::kClassMarginBatch);
+    TF_LITE_MICRO_EXPECT(f.InvokeAndMatch(v::kClassMarginInput + s * n,
+                                          v::kClassMarginExpectedAdapt + s * n, n));
+    f.control.CommitOutput(
+        v::kClassMarginLogits + s * v::kClassMarginBatch * v::kClassMarginClasses,
+        v::kClassMarginBatch);
   }
-  control.SetMode(FORGE_RECALIB_MODE_FROZEN);
-  memcpy(in->data.int8, v::kClassMarginInput, v::kClassMarginElements);
-  TF_LITE_MICRO_EXPECT_EQ(kTfLiteOk, interpreter.Invoke());
-  TF_LITE_MICRO_EXPECT_EQ(
-      0, memcmp(out->data.int8, v::kClassMarginExpectedFrozen, v::kClassMarginElements));
+  f.control.SetMode(FORGE_RECALIB_MODE_FROZEN);
+  TF_LITE_MICRO_EXPECT(
+      f.InvokeAndMatch(v::kClassMarginInput, v::kClassMarginExpectedFrozen, n));
 }
 
 TF_LITE_MICRO_TEST(TwoInterpretersAdaptAndResetIndependently) {

@@ -88,18 +88,35 @@ bool NameToCode(const flexbuffers::String& s, const char* (*name_of)(int32_t),
   return false;
 }
 
-enum class FloatRead { kOk, kWrongType, kOutOfRange };
+enum class OptionRead { kOk, kWrongType, kOutOfRange };
 
 // Float option: any flexbuffer float width. A value outside the float32 range
 // (or NaN) is reported, never converted: that conversion is undefined behavior.
-FloatRead ReadFloat(const flexbuffers::Reference& v, float* out) {
-  if (!v.IsFloat()) return FloatRead::kWrongType;
+OptionRead ReadFloat(const flexbuffers::Reference& v, float* out) {
+  if (!v.IsFloat()) return OptionRead::kWrongType;
   const double d = v.AsDouble();
   if (!(d >= -static_cast<double>(FLT_MAX) && d <= static_cast<double>(FLT_MAX))) {
-    return FloatRead::kOutOfRange;
+    return OptionRead::kOutOfRange;
   }
   *out = static_cast<float>(d);  // Round to nearest.
-  return FloatRead::kOk;
+  return OptionRead::kOk;
+}
+
+// Integer option: any flexbuffer int or uint width, within [lo, hi].
+OptionRead ReadInt(const flexbuffers::Reference& v, int64_t lo, int64_t hi, int32_t* out) {
+  int64_t i;
+  if (v.IsUInt()) {
+    const uint64_t u = v.AsUInt64();
+    if (u > static_cast<uint64_t>(hi)) return OptionRead::kOutOfRange;
+    i = static_cast<int64_t>(u);
+  } else if (v.IsInt()) {
+    i = v.AsInt64();
+  } else {
+    return OptionRead::kWrongType;
+  }
+  if (i < lo || i > hi) return OptionRead::kOutOfRange;
+  *out = static_cast<int32_t>(i);
+  return OptionRead::kOk;
 }
 
 }  // namespace
@@ -141,33 +158,25 @@ int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
     if (KeyIs(key, "momentum")) {
       if (has_momentum) return Fail(msg, "duplicate option key 'momentum'");
       has_momentum = true;
-      const FloatRead r = ReadFloat(v, &out->momentum);
-      if (r == FloatRead::kWrongType) {
+      const OptionRead r = ReadFloat(v, &out->momentum);
+      if (r == OptionRead::kWrongType) {
         return Fail(msg, "option 'momentum' must be a float");
       }
-      if (r == FloatRead::kOutOfRange) {
+      if (r == OptionRead::kOutOfRange) {
         return Fail(msg, "momentum must be a number in [0, 1]");
       }
     } else if (KeyIs(key, "window")) {
       if (has_window) return Fail(msg, "duplicate option key 'window'");
       has_window = true;
-      if (v.IsUInt()) {
-        const uint64_t w = v.AsUInt64();
-        if (w < 1 || w > INT32_MAX) return Fail(msg, "window must be in [1, 2^31-1]");
-        out->window = static_cast<int32_t>(w);
-      } else if (v.IsInt()) {
-        const int64_t w = v.AsInt64();
-        if (w < 1 || w > INT32_MAX) return Fail(msg, "window must be in [1, 2^31-1]");
-        out->window = static_cast<int32_t>(w);
-      } else {
-        return Fail(msg, "option 'window' must be an integer");
-      }
+      const OptionRead r = ReadInt(v, 1, INT32_MAX, &out->window);
+      if (r == OptionRead::kWrongType) return Fail(msg, "option 'window' must be an integer");
+      if (r == OptionRead::kOutOfRange) return Fail(msg, "window must be in [1, 2^31-1]");
     } else if (KeyIs(key, "eps")) {
       if (has_eps) return Fail(msg, "duplicate option key 'eps'");
       has_eps = true;
-      const FloatRead r = ReadFloat(v, &out->eps);
-      if (r == FloatRead::kWrongType) return Fail(msg, "option 'eps' must be a float");
-      if (r == FloatRead::kOutOfRange) return Fail(msg, "eps must be finite and > 0");
+      const OptionRead r = ReadFloat(v, &out->eps);
+      if (r == OptionRead::kWrongType) return Fail(msg, "option 'eps' must be a float");
+      if (r == OptionRead::kOutOfRange) return Fail(msg, "eps must be finite and > 0");
     } else if (KeyIs(key, "activation")) {
       if (has_activation) return Fail(msg, "duplicate option key 'activation'");
       has_activation = true;
@@ -187,33 +196,19 @@ int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
     } else if (KeyIs(key, "classes")) {
       if (has_classes) return Fail(msg, "duplicate option key 'classes'");
       has_classes = true;
-      int64_t k;
-      if (v.IsUInt()) {
-        const uint64_t u = v.AsUInt64();
-        k = u > FORGE_RECALIB_MAX_CLASSES ? -1 : static_cast<int64_t>(u);
-      } else if (v.IsInt()) {
-        k = v.AsInt64();
-      } else {
-        return Fail(msg, "option 'classes' must be an integer");
-      }
-      if (k != 0 && !(k >= 2 && k <= FORGE_RECALIB_MAX_CLASSES)) {
+      const OptionRead r = ReadInt(v, 0, FORGE_RECALIB_MAX_CLASSES, &out->classes);
+      if (r == OptionRead::kWrongType) return Fail(msg, "option 'classes' must be an integer");
+      if (r == OptionRead::kOutOfRange || out->classes == 1) {
         return Fail(msg, "classes must be 0 (off) or in [2, 256]");
       }
-      out->classes = static_cast<int32_t>(k);
     } else if (KeyIs(key, "class_margin")) {
       if (has_class_margin) return Fail(msg, "duplicate option key 'class_margin'");
       has_class_margin = true;
-      int64_t t;
-      if (v.IsUInt()) {
-        const uint64_t u = v.AsUInt64();
-        t = u > 255 ? -1 : static_cast<int64_t>(u);
-      } else if (v.IsInt()) {
-        t = v.AsInt64();
-      } else {
+      const OptionRead r = ReadInt(v, 0, 255, &out->class_margin);
+      if (r == OptionRead::kWrongType) {
         return Fail(msg, "option 'class_margin' must be an integer");
       }
-      if (t < 0 || t > 255) return Fail(msg, "class_margin must be in [0, 255]");
-      out->class_margin = static_cast<int32_t>(t);
+      if (r == OptionRead::kOutOfRange) return Fail(msg, "class_margin must be in [0, 255]");
     } else {
       return Fail(msg, "unknown option key (momentum, window, eps, activation, "
                        "variance, classes, class_margin)");
