@@ -411,7 +411,7 @@ class ModeScope {
     if constexpr (kPerInterpreter) {
       if (num_classes > sizeof(logits_)) return;  // No op can have K classes.
       for (size_t c = 0; c < num_classes; ++c) logits_[c] = logits[c];
-      control_.CommitOutput(logits_, 1);
+      control_.CommitOutput(logits_, 1, static_cast<int32_t>(num_classes));
     }
   }
 

@@ -345,6 +345,9 @@ TfLiteStatus Eval(TfLiteContext* context, TfLiteNode* node) {
             control->label_count != data->n) {
           return Fail("a commit needs one label (or output row) per image of the batch");
         }
+        if (control->labels == nullptr && control->logit_count != data->opts.classes) {
+          return Fail("CommitOutput: the output's class count is not the op's classes");
+        }
         const int status =
             control->labels != nullptr
                 ? forge_recalib_classes_commit(Pending(data), control->labels, data->n,

@@ -12,7 +12,7 @@
 //   control.SetMode(FORGE_RECALIB_MODE_ADAPT);   // resume (the default)
 //   control.SetMode(FORGE_RECALIB_MODE_SOURCE);  // one pass as the int8 source
 //                    // (clean targets), state kept: the gate's probe
-//   control.CommitOutput(logits, n);  // class-balanced ops (option classes):
+//   control.CommitOutput(logits, n, k);  // class-balanced ops (option classes):
 //                    // the last adapt Invoke's n images enter the classes each
 //                    // op reads from the int8 output logits[n][K] (SPEC
 //                    // "Labels": the argmax, if it leads by the op's
@@ -63,6 +63,7 @@ struct ForgeRecalibControl {
   const int32_t* labels = nullptr;
   const int8_t* logits = nullptr;
   int32_t label_count = 0;
+  int32_t logit_count = 0;  // per image (CommitOutput): must be the op's K
   uint32_t label_generation = 0;
 
   // mode: FORGE_RECALIB_MODE_ADAPT, _FROZEN or _SOURCE; other values are
@@ -83,10 +84,11 @@ struct ForgeRecalibControl {
     label_count = count;
     ++label_generation;
   }
-  void CommitOutput(const int8_t* output, int32_t count) {
+  void CommitOutput(const int8_t* output, int32_t count, int32_t classes) {
     labels = nullptr;
     logits = output;
     label_count = count;
+    logit_count = classes;
     ++label_generation;
   }
 };

@@ -513,11 +513,17 @@ TF_LITE_MICRO_TEST(ClassMarginCommitsFromTheOutputMatchReference) {
                                           v::kClassMarginExpectedAdapt + s * n, n));
     f.control.CommitOutput(
         v::kClassMarginLogits + s * v::kClassMarginBatch * v::kClassMarginClasses,
-        v::kClassMarginBatch);
+        v::kClassMarginBatch, v::kClassMarginClasses);
   }
   f.control.SetMode(FORGE_RECALIB_MODE_FROZEN);
   TF_LITE_MICRO_EXPECT(
       f.InvokeAndMatch(v::kClassMarginInput, v::kClassMarginExpectedFrozen, n));
+  // An output of another class count is an error at the next Eval.
+  f.control.SetMode(FORGE_RECALIB_MODE_ADAPT);
+  TF_LITE_MICRO_EXPECT_EQ(kTfLiteOk, f.interpreter.Invoke());
+  f.control.CommitOutput(v::kClassMarginLogits, v::kClassMarginBatch,
+                         v::kClassMarginClasses + 1);
+  TF_LITE_MICRO_EXPECT_EQ(kTfLiteError, f.interpreter.Invoke());
 }
 
 TF_LITE_MICRO_TEST(TwoInterpretersAdaptAndResetIndependently) {
