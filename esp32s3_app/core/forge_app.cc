@@ -234,16 +234,16 @@ void FindState(TfLiteContext* ctx, TfLiteNode* node) {
   if (node->inputs == nullptr || node->inputs->size < 1) return;
   const TfLiteEvalTensor* x = ctx->GetEvalTensor(ctx, node->inputs->data[0]);
   if (x == nullptr || x->dims == nullptr || x->dims->size < 1) return;
-  const size_t c = static_cast<size_t>(x->dims->data[x->dims->size - 1]);
-  size_t classes = 0;
+  const int32_t c = x->dims->data[x->dims->size - 1];
+  int32_t classes = 0;
   if (node->inputs->size >= 4) {  // class_offsets [K, C]
     const TfLiteEvalTensor* o = ctx->GetEvalTensor(ctx, node->inputs->data[3]);
     if (o == nullptr || o->dims == nullptr || o->dims->size != 2) return;
-    classes = static_cast<size_t>(o->dims->data[0]);
+    classes = o->dims->data[0];
   }
-  const size_t pending = classes > 0 ? static_cast<size_t>(x->dims->data[0]) : 0;
-  const size_t checked = 8u * c * (1 + classes);
-  const size_t want = checked + 8u * c * pending;
+  const size_t checked = sizeof(float) * forge_recalib_state_floats(c, classes, 0);
+  const size_t want =
+      sizeof(float) * forge_recalib_state_floats(c, classes, x->dims->data[0]);
   void* found = nullptr;
   int matches = 0;
   for (uint32_t i = 0; i < g_run.num_recent; ++i) {

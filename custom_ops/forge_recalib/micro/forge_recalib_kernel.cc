@@ -102,12 +102,6 @@ float* Pending(OpData* d) {
          2 * static_cast<size_t>(d->opts.classes) * static_cast<size_t>(d->c);
 }
 
-size_t StateFloats(const OpData* d, int32_t c) {
-  size_t k = static_cast<size_t>(d->opts.classes);
-  return 2 * static_cast<size_t>(c) *
-         (1 + (k > 0 ? k + static_cast<size_t>(d->n) : 0));
-}
-
 // Every reset (Prepare, the reset hook, a control request).
 void ResetState(OpData* d, const float* beta, const float* gamma_abs) {
   const char* msg;
@@ -258,7 +252,7 @@ TfLiteStatus PrepareTensors(TfLiteContext* context, TfLiteNode* node,
   data->hw = static_cast<int32_t>(m / data->n);
   if (data->state == nullptr || data->c != c || old_n != data->n) {
     data->state = static_cast<float*>(context->AllocatePersistentBuffer(
-        context, sizeof(float) * StateFloats(data, c)));
+        context, sizeof(float) * forge_recalib_state_floats(c, data->opts.classes, data->n)));
     if (data->state == nullptr) return Fail("cannot allocate state");
   }
   data->c = c;

@@ -509,6 +509,11 @@ static int s8_run(const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
 
 /* ------------------------------------------- Class-balanced statistics */
 
+size_t forge_recalib_state_floats(int32_t C, int32_t K, int32_t N) {
+  const size_t c = C > 0 ? (size_t)C : 0;
+  return 2 * c * (1 + (K > 0 ? (size_t)K + (N > 0 ? (size_t)N : 0) : 0));
+}
+
 int forge_recalib_check_offsets(const float* offsets, int32_t C, int32_t K,
                                 const char** msg) {
   int64_t i, n;

@@ -211,6 +211,9 @@ int forge_recalib_s8_ansi_path(const int8_t* x, int8_t* y, int32_t N,
  * flash); class_state [K][C] means then [K][C] variances (8*K bytes per
  * channel); pending [N][C] means then [N][C] variances (8*N bytes per channel). */
 
+/* Floats of an op's state block: [mu, var] (2 C), with K > 0 classes followed
+ * by the class state (2 K C) and the pending moments of a batch of N (2 N C). */
+size_t forge_recalib_state_floats(int32_t C, int32_t K, int32_t N);
 /* Offsets finite with |o| <= 2^40, K in [2, FORGE_RECALIB_MAX_CLASSES]. */
 int forge_recalib_check_offsets(const float* offsets, int32_t C, int32_t K,
                                 const char** msg);
