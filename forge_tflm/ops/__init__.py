@@ -60,17 +60,30 @@ class RecalibState:
     self.gamma_abs = np.ascontiguousarray(gamma_abs, dtype=np.float32)
     self.data = reference.reset_state(self.beta, self.gamma_abs)
     # Class-balanced statistics (SPEC "Class-balanced statistics"): the class offsets
-    # [K, C] (constants), the class state [2, K, C] and the moments of the last adapt
-    # invocation's images waiting for their labels ([2, N, C], None when committed).
+    # [K, C] (constants), the class state block (the C core's layout, one buffer) with
+    # its views `classes` [2, K, C], `blind` [2, C] and `detector` [K + 4] (SPEC
+    # "Guard"), and the moments of the last adapt invocation's images waiting for
+    # their labels ([2, N, C], None when committed).
     self.offsets = None if offsets is None else np.ascontiguousarray(offsets, np.float32)
-    self.classes = None
+    self.block = self.classes = self.blind = self.detector = None
     self.pending = None
     if self.offsets is not None:
-      self.classes = reference.classes_reset(self.beta, self.gamma_abs, self.offsets)
+      self._set_block(reference.classes_reset(self.beta, self.gamma_abs, self.offsets))
+
+  def _set_block(self, block: np.ndarray) -> None:
+    self.block = block
+    self.classes, self.blind, self.detector = reference.class_views(
+        block, self.offsets.shape[0], self.channels)
 
   @property
   def channels(self) -> int:
     return self.beta.shape[0]
+
+  @property
+  def labels_correlated(self) -> bool:
+    """The guard's flag (SPEC "Guard"): the op normalizes with its class statistics,
+    else (clear, or no class statistics) with label-blind ones."""
+    return self.detector is not None and bool(self.detector[self.offsets.shape[0] + 2])
 
   @property
   def mu(self) -> np.ndarray:
@@ -83,19 +96,21 @@ class RecalibState:
   def reset(self) -> None:
     self.data[:] = reference.reset_state(self.beta, self.gamma_abs)
     if self.offsets is not None:
-      self.classes[:] = reference.classes_reset(self.beta, self.gamma_abs, self.offsets)
+      self.block[:] = reference.classes_reset(self.beta, self.gamma_abs, self.offsets)
       self.pending = None
 
   @property
   def nbytes(self) -> int:
     """SRAM bytes of the state (pending moments excluded: they scale with the batch)."""
-    return self.data.nbytes + (0 if self.classes is None else self.classes.nbytes)
+    return self.data.nbytes + (0 if self.block is None else self.block.nbytes)
 
   def copy(self) -> "RecalibState":
     other = RecalibState.__new__(RecalibState)
     other.beta, other.gamma_abs, other.offsets = self.beta, self.gamma_abs, self.offsets
     other.data = self.data.copy()
-    other.classes = None if self.classes is None else self.classes.copy()
+    other.block = other.classes = other.blind = other.detector = None
+    if self.block is not None:
+      other._set_block(self.block.copy())
     other.pending = None if self.pending is None else self.pending.copy()
     return other
 
@@ -122,10 +137,19 @@ def forge_recalib_reference(x: np.ndarray, state: RecalibState,
   q = reference.prepare_quant(opts.activation, quant.s_x, quant.z_x,
                               quant.s_y, quant.z_y)
   if opts.classes is not None and mode != "source":
-    state.classes[:], state.data[:] = reference.classes_mixture(
-        state.beta, state.gamma_abs, state.offsets, state.classes)
-    y, _ = reference.recalib_step(x, state.beta, state.gamma_abs, state.data,
-                                  opts=opts, q=q, mode="frozen")
+    guard = opts.class_guard is not None
+    state.block[:], state.data[:] = reference.classes_mixture(
+        state.beta, state.gamma_abs, state.offsets, state.block, guard)
+    blind = guard and not state.labels_correlated
+    if blind and mode == "adapt":  # SPEC "Guard": the plain op on the label-blind block.
+      y, new_blind = reference.recalib_step(x, state.beta, state.gamma_abs,
+                                            state.blind.reshape(-1), opts=opts, q=q,
+                                            mode="adapt")
+      state.blind[:] = new_blind.reshape(2, -1)
+      state.data[:] = new_blind
+    else:
+      y, _ = reference.recalib_step(x, state.beta, state.gamma_abs, state.data,
+                                    opts=opts, q=q, mode="frozen")
     if mode == "adapt":
       state.pending = reference.image_moments(x, q)
     return y
@@ -136,16 +160,19 @@ def forge_recalib_reference(x: np.ndarray, state: RecalibState,
 
 
 def forge_recalib_reference_commit(labels, state: RecalibState,
-                                   opts: RecalibOptions) -> None:
+                                   opts: RecalibOptions, detector_labels=None) -> None:
   """Numpy reference of the deferred class update: the last adapt invocation's images
-  enter their labelled classes (-1: not at all); a no-op without pending images."""
+  enter their labelled classes (-1: not at all) and, with the guard, the label-blind
+  statistics and the detector (detector_labels, default labels); a no-op without
+  pending images."""
   _check_classes(opts, state)
   if opts.classes is None:
     raise ValueError("class commit without the classes option")
   if state.pending is None:
     return
   _check_labels(labels, state.pending.shape[1])
-  state.classes[:] = reference.classes_commit(state.classes, state.pending, labels, opts)
+  state.block[:] = reference.classes_commit(state.block, state.pending, labels, opts,
+                                            detector_labels)
   state.pending = None
 
 
@@ -232,8 +259,17 @@ class RecalibOp:
       if mode == "adapt":
         pending = np.empty((2,) + (x.shape[0], x.shape[-1]), np.float32)
         self._prepared.image_moments(x, pending)  # Before y may overwrite x.
-      core().classes_mixture(st.beta, st.gamma_abs, st.offsets, st.classes, st.data)
-      code = _MODE_CODES["frozen"]
+      blind = core().classes_mixture(st.beta, st.gamma_abs, st.offsets, st.block,
+                                     st.data, int(self.options.class_guard is not None))
+      if not (blind and mode == "adapt"):
+        code = _MODE_CODES["frozen"]
+      else:  # SPEC "Guard": the plain op on the label-blind statistics.
+        self._prepared.run(x, out, st.blind.reshape(-1), code,
+                           _code(_PATH_CODES, path, "per-element path"),
+                           _code(_VARIANT_CODES, variant, "variant"))
+        st.data[:] = st.blind.reshape(-1)
+        st.pending = pending
+        return out
     self._prepared.run(x, out, st.data, code,
                        _code(_PATH_CODES, path, "per-element path"),
                        _code(_VARIANT_CODES, variant, "variant"))
@@ -250,7 +286,7 @@ class RecalibOp:
     if self.state.pending is None:
       return
     labels = _check_labels(labels, self.state.pending.shape[1])
-    self._prepared.classes_commit(self.state.pending, labels, self.state.classes)
+    self._prepared.classes_commit(self.state.pending, labels, self.state.block)
     self.state.pending = None
 
   def commit_output(self, logits) -> None:
@@ -266,7 +302,7 @@ class RecalibOp:
     if logits.shape != (n, self.options.classes):
       raise ValueError(f"logits must be int8 [{n}, {self.options.classes}] (one row per"
                        f" pending image, K = classes), got {logits.shape}")
-    self._prepared.classes_commit_s8(self.state.pending, logits, self.state.classes)
+    self._prepared.classes_commit_s8(self.state.pending, logits, self.state.block)
     self.state.pending = None
 
   def reference_commit(self, labels) -> None:
@@ -277,7 +313,7 @@ class RecalibOp:
     """The numpy definition of commit_output on the same state (tests)."""
     forge_recalib_reference_commit(
         reference.class_labels_s8(logits, self.options.class_margin or 0), self.state,
-        self.options)
+        self.options, reference.class_labels_s8(logits, 0))
 
   def reference(self, x: np.ndarray, mode: str = "adapt") -> np.ndarray:
     """The numpy definition on the same state (tests)."""

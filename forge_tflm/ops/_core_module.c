@@ -421,7 +421,8 @@ static PyObject* prepared_classes_commit(Prepared* p, PyObject* args) {
     release(&labels);
     return NULL;
   }
-  if (get_buf(os, &cs, 1, 'f', 4, 2 * (Py_ssize_t)p->opts.classes * p->c,
+  if (get_buf(os, &cs, 1, 'f', 4,
+              (Py_ssize_t)forge_recalib_class_floats(p->c, p->opts.classes),
               "class_state")) {
     release(&labels);
     release(&pending);
@@ -462,7 +463,8 @@ static PyObject* prepared_classes_commit_s8(Prepared* p, PyObject* args) {
     release(&logits);
     return NULL;
   }
-  if (get_buf(os, &cs, 1, 'f', 4, 2 * (Py_ssize_t)p->opts.classes * p->c,
+  if (get_buf(os, &cs, 1, 'f', 4,
+              (Py_ssize_t)forge_recalib_class_floats(p->c, p->opts.classes),
               "class_state")) {
     release(&logits);
     release(&pending);
@@ -484,9 +486,10 @@ static PyObject* classes_call(PyObject* args, int mixture) {
   PyObject *ob, *og, *oo, *os, *ot = NULL;
   Buf b, g, o, cs, st;
   Py_ssize_t c, k;
-  int status = FORGE_RECALIB_OK;
+  int status = FORGE_RECALIB_OK, guard = 0, blind = 0;
   const char* msg = NULL;
-  if (!PyArg_ParseTuple(args, mixture ? "OOOOO" : "OOOO", &ob, &og, &oo, &os, &ot)) {
+  if (!PyArg_ParseTuple(args, mixture ? "OOOOOi" : "OOOO", &ob, &og, &oo, &os, &ot,
+                        &guard)) {
     return NULL;
   }
   memset(&st, 0, sizeof(st));
@@ -510,7 +513,9 @@ static PyObject* classes_call(PyObject* args, int mixture) {
     release(&o);
     return NULL;
   }
-  if (get_buf(os, &cs, 1, 'f', 4, 2 * k * c, "class_state") ||
+  if (get_buf(os, &cs, 1, 'f', 4,
+              (Py_ssize_t)forge_recalib_class_floats((int32_t)c, (int32_t)k),
+              "class_state") ||
       (mixture && get_buf(ot, &st, 1, 'f', 4, 2 * c, "state"))) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bad buffer");
     release(&b);
@@ -520,9 +525,9 @@ static PyObject* classes_call(PyObject* args, int mixture) {
     return NULL;
   }
   if (mixture) {
-    forge_recalib_classes_mixture((const float*)b.view.buf, (const float*)g.view.buf,
+    blind = forge_recalib_classes_mixture((const float*)b.view.buf, (const float*)g.view.buf,
                                   (const float*)o.view.buf, (int32_t)c, (int32_t)k,
-                                  (float*)cs.view.buf, (float*)st.view.buf);
+                                  guard != 0, (float*)cs.view.buf, (float*)st.view.buf);
   } else {
     status = forge_recalib_classes_reset((const float*)b.view.buf,
                                          (const float*)g.view.buf,
@@ -535,6 +540,7 @@ static PyObject* classes_call(PyObject* args, int mixture) {
   release(&cs);
   release(&st);
   if (status != FORGE_RECALIB_OK) return raise_status(status, msg);
+  if (mixture) return PyBool_FromLong(blind);
   Py_RETURN_NONE;
 }
 
@@ -628,6 +634,13 @@ static PyObject* py_scratch_bytes(PyObject* self, PyObject* args) {
                        (Py_ssize_t)forge_recalib_scratch_bytes(c));
 }
 
+static PyObject* py_state_floats(PyObject* self, PyObject* args) {
+  int c, k, n;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "iii", &c, &k, &n)) return NULL;
+  return PyLong_FromSize_t(forge_recalib_state_floats(c, k, n));
+}
+
 static PyMethodDef kMethods[] = {
     {"bench_memcpy", py_bench_memcpy, METH_VARARGS,
      "bench_memcpy(dst, src, reps) -> total ns (after 1 warm-up)"},
@@ -636,12 +649,15 @@ static PyMethodDef kMethods[] = {
     {"classes_reset", py_classes_reset, METH_VARARGS,
      "classes_reset(beta, gamma_abs, offsets, class_state)"},
     {"classes_mixture", py_classes_mixture, METH_VARARGS,
-     "classes_mixture(beta, gamma_abs, offsets, class_state, state)"},
+     "classes_mixture(beta, gamma_abs, offsets, class_state, state, guard) -> True when"
+     " the label-blind statistics are in use"},
     {"class_labels_s8", py_class_labels_s8, METH_VARARGS,
      "class_labels_s8(logits [N, K] int8, margin) -> list of labels (the argmax,"
      " lowest index on ties, when it leads by >= margin, else -1)"},
     {"scratch_bytes", py_scratch_bytes, METH_VARARGS,
      "scratch_bytes(c) -> (affine_bytes, any_path_bytes)"},
+    {"state_floats", py_state_floats, METH_VARARGS,
+     "state_floats(c, classes, batch) -> floats of an op's state block"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef kModule = {PyModuleDef_HEAD_INIT,
@@ -709,6 +725,8 @@ PyMODINIT_FUNC PyInit__forge_recalib_core(void) {
       PyModule_AddIntConstant(m, "MAX_M", FORGE_RECALIB_MAX_M) != 0 ||
       PyModule_AddIntConstant(m, "MAX_C", FORGE_RECALIB_MAX_C) != 0 ||
       PyModule_AddIntConstant(m, "MAX_CLASSES", FORGE_RECALIB_MAX_CLASSES) != 0 ||
+      PyModule_AddIntConstant(m, "MIN_GUARD", FORGE_RECALIB_MIN_GUARD) != 0 ||
+      PyModule_AddIntConstant(m, "MAX_GUARD", FORGE_RECALIB_MAX_GUARD) != 0 ||
       PyModule_AddIntConstant(m, "MAX_OPTIONS_BYTES",
                               FORGE_RECALIB_MAX_OPTIONS_BYTES) != 0 ||
       /* Arena accounting per node on 32-bit TFLM (forge_recalib.h). */

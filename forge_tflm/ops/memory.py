@@ -1,7 +1,8 @@
 """What one FORGE_RECALIB node costs in a TFLite-Micro arena on a 32-bit target.
 
-Every figure comes from the C side (forge_recalib.h through the binding): the 8 B per
-channel of state, the kernel's op data and TFLM's per-node bookkeeping (both checked
+Every figure comes from the C side (forge_recalib.h through the binding): the state
+block (forge_recalib_state_floats: 8 B per channel, with K classes and a batch of N
+16 + 8 K + 8 N B per channel and 4 (K + 4) B per node), the kernel's op data and TFLM's per-node bookkeeping (both checked
 against the real struct layouts by a static_assert in every 32-bit build of the
 kernel), and the scratch the core asks for. Measured arenas per target are in
 benchmarks/results/mcu_memory.md (benchmarks/bench_mcu_memory.py).
@@ -13,12 +14,13 @@ import dataclasses
 
 from forge_tflm.ops.options import core
 
-STATE_BYTES_PER_CHANNEL = 8  # mu, var: float32 each (SPEC.md "State").
-# With option classes = K (SPEC "Class-balanced statistics"), per channel: the class
-# state (mean, variance per class) and, per image of the batch, the pending moments.
-CLASS_STATE_BYTES_PER_CHANNEL_PER_CLASS = 8
-PENDING_BYTES_PER_CHANNEL_PER_IMAGE = 8
 OFFSET_BYTES_PER_CHANNEL_PER_CLASS = 4  # float32 [K, C] constant (flash).
+_FLOAT = 4
+
+
+def state_bytes(channels: int, classes: int = 0, batch: int = 1) -> int:
+  """SRAM bytes of one op's state block (the kernel's allocation)."""
+  return _FLOAT * core().state_floats(channels, classes, batch)
 
 
 def _aligned(n: int) -> int:
@@ -42,16 +44,18 @@ class NodeMemory:
 
   @property
   def state_per_channel(self) -> int:
-    """SRAM bytes of state per channel: 8, plus 8 K + 8 N with K classes."""
-    extra = 0
-    if self.classes:
-      extra = (CLASS_STATE_BYTES_PER_CHANNEL_PER_CLASS * self.classes
-               + PENDING_BYTES_PER_CHANNEL_PER_IMAGE * self.batch)
-    return STATE_BYTES_PER_CHANNEL + extra
+    """SRAM bytes of state per channel: 8, or with K classes 16 + 8 K + 8 N."""
+    return (state_bytes(2, self.classes, self.batch)
+            - state_bytes(1, self.classes, self.batch))
+
+  @property
+  def state_per_node(self) -> int:
+    """SRAM bytes of state that do not scale with channels (the guard's detector)."""
+    return state_bytes(1, self.classes, self.batch) - self.state_per_channel
 
   @property
   def state(self) -> int:
-    return self.state_per_channel * self.channels
+    return state_bytes(self.channels, self.classes, self.batch)
 
   @property
   def offsets_flash(self) -> int:
@@ -82,6 +86,7 @@ class NodeMemory:
     out = {"state_bytes": self.state, "state_bytes_per_channel": self.state_per_channel}
     if self.classes:
       out.update(classes=self.classes, batch=self.batch,
+                 state_bytes_per_node=self.state_per_node,
                  class_offsets_bytes_flash=self.offsets_flash)
     return out | {"op_data_bytes_32bit": self.op_data,
             "tflm_node_bytes_32bit": self.tflm_node,

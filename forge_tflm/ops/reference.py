@@ -14,7 +14,8 @@ import math
 
 import numpy as np
 
-from forge_tflm.ops.options import ACTIVATIONS, MODES, VARIANCES, RecalibOptions, core
+from forge_tflm.ops.options import (ACTIVATIONS, MAX_GUARD, MODES, VARIANCES, RecalibOptions,
+                                    core)
 
 F32 = np.float32
 
@@ -188,8 +189,23 @@ def check_offsets(offsets: np.ndarray) -> None:
     raise ValueError("class offsets must be finite with |o| <= 2^40")
 
 
+def class_floats(channels: int, classes: int) -> int:
+  """Floats of a class state block (SPEC "State" of class-balanced statistics): the
+  class means and variances [2, K, C], the guard's label-blind [2, C] and its
+  detector [K + 4] (histogram, agreement, previous label, flag, labels seen)."""
+  return 2 * classes * channels + 2 * channels + classes + 4
+
+
+def class_views(block: np.ndarray, classes: int, channels: int):
+  """(class state [2, K, C], label-blind [2, C], detector [K + 4]) views of a block."""
+  kc = classes * channels
+  return (block[:2 * kc].reshape(2, classes, channels),
+          block[2 * kc:2 * kc + 2 * channels].reshape(2, channels),
+          block[2 * kc + 2 * channels:])
+
+
 def _classes_reset_channels(beta, gamma_abs, offsets) -> np.ndarray:
-  """SPEC "Class reset" for every channel: [2, K, C]."""
+  """SPEC "Class reset" of the class statistics for every channel: [2, K, C]."""
   k = offsets.shape[0]
   g2 = (gamma_abs * gamma_abs).astype(np.float32)
   floor = (g2 * F32(0.0009765625)).astype(np.float32)
@@ -203,24 +219,59 @@ def _classes_reset_channels(beta, gamma_abs, offsets) -> np.ndarray:
   return np.stack([means, np.broadcast_to(within, offsets.shape)]).astype(np.float32)
 
 
+def _detector_reset(k: int) -> np.ndarray:
+  u = F32(F32(1.0) / F32(k))
+  return np.array([u] * k + [u, -1.0, 0.0, 0.0], np.float32)
+
+
+def _detector_usable(det: np.ndarray, k: int) -> bool:
+  with np.errstate(invalid="ignore"):
+    if not np.all((det[:k + 1] >= 0) & (det[:k + 1] <= 1)):
+      return False
+  prev = float(det[k + 1])
+  if not (-1.0 <= prev < k and prev == int(prev)):
+    return False
+  seen = float(det[k + 3])
+  if not (0.0 <= seen <= MAX_GUARD and seen == int(seen)):
+    return False
+  return float(det[k + 2]) in (0.0, 1.0)
+
+
 def classes_reset(beta: np.ndarray, gamma_abs: np.ndarray,
                   offsets: np.ndarray) -> np.ndarray:
+  """The class state block of a reset (class_floats(C, K) floats)."""
   check_targets(beta, gamma_abs)
   check_offsets(offsets)
   if offsets.shape[1] != beta.shape[0]:
     raise ValueError("class offsets must be [K, C] with the node's C")
-  return _classes_reset_channels(beta, gamma_abs, offsets)
+  k, c = offsets.shape
+  block = np.empty(class_floats(c, k), np.float32)
+  cs, blind, det = class_views(block, k, c)
+  cs[:] = _classes_reset_channels(beta, gamma_abs, offsets)
+  blind[:] = reset_state(beta, gamma_abs).reshape(2, c)
+  det[:] = _detector_reset(k)
+  return block
 
 
 @np.errstate(all="ignore")
-def classes_mixture(beta, gamma_abs, offsets, class_state: np.ndarray):
-  """(repaired class state, state [mu, var]) of the class mixture."""
-  cs = class_state.astype(np.float32).copy()
+def classes_mixture(beta, gamma_abs, offsets, block: np.ndarray, guard: bool = False):
+  """(repaired block, state [mu, var]): the class mixture, or with the guard on and
+  its flag clear, the label-blind statistics (SPEC "Guard")."""
+  k, c = offsets.shape
+  block = block.astype(np.float32).copy()
+  cs, blind, det = class_views(block, k, c)
   bad = ~(np.isfinite(cs[0]) & np.isfinite(cs[1]) & (cs[1] >= 0)).all(axis=0)
   if bad.any():
     clean = _classes_reset_channels(beta, gamma_abs, offsets)
     cs[:, :, bad] = clean[:, :, bad]
-  k = cs.shape[1]
+  if guard:
+    if not _detector_usable(det, k):
+      det[:] = _detector_reset(k)
+    bad = ~(np.isfinite(blind[0]) & np.isfinite(blind[1]) & (blind[1] >= 0))
+    if bad.any():
+      blind[:, bad] = reset_state(beta, gamma_abs).reshape(2, c)[:, bad]
+    if det[k + 2] == 0:
+      return block, blind.reshape(-1).copy()
   s = cs[0, 0].copy()
   for j in range(1, k):
     s = (s + cs[0, j]).astype(np.float32)
@@ -230,7 +281,7 @@ def classes_mixture(beta, gamma_abs, offsets, class_state: np.ndarray):
     d = (cs[0, j] - mu).astype(np.float32)
     t = (t + (cs[1, j] + d * d)).astype(np.float32)
   var = (t / F32(k)).astype(np.float32)
-  return cs, np.concatenate([mu, var]).astype(np.float32)
+  return block, np.concatenate([mu, var]).astype(np.float32)
 
 
 @np.errstate(all="ignore")
@@ -246,30 +297,66 @@ def image_moments(x: np.ndarray, q: PreparedQuant) -> np.ndarray:
   return np.stack([q.s_x * mq, q.sx2 * var_q]).astype(np.float32)
 
 
+def _commit_image(mu, var, mean, v, rate, running: bool) -> None:
+  """One image's moments into (mu, var) at `rate`, in place (SPEC "Commit")."""
+  om = F32(F32(1.0) - rate)
+  mu_new = (om * mu + rate * mean).astype(np.float32)
+  v_used = v
+  if running:
+    d = (mean - mu_new).astype(np.float32)
+    v_used = (v + d * d).astype(np.float32)
+  var[:] = (om * var + rate * v_used).astype(np.float32)
+  mu[:] = mu_new
+
+
 @np.errstate(all="ignore")
-def classes_commit(class_state: np.ndarray, pending: np.ndarray, labels,
-                   opts: RecalibOptions) -> np.ndarray:
-  """The class state after each image (in order) entered its labelled class."""
+def classes_commit(block: np.ndarray, pending: np.ndarray, labels,
+                   opts: RecalibOptions, detector_labels=None) -> np.ndarray:
+  """The class state block after each image (in order) entered its labelled class
+  and, with the guard, the detector (which takes `detector_labels`, by default
+  `labels`; -1 skips)."""
   if opts.classes is None:
     raise ValueError("class commit without the classes option")
   labels = np.asarray(labels, np.int64)
   if np.any((labels < -1) | (labels >= opts.classes)):
     raise ValueError("a label must be a class in [0, K) or -1")
-  rate = opts.class_rate()
-  om = F32(F32(1.0) - rate)
-  cs = class_state.astype(np.float32).copy()
-  for i, k in enumerate(labels):
-    if k < 0:
-      continue
+  det_labels = labels if detector_labels is None else np.asarray(detector_labels,
+                                                                 np.int64)
+  k, c = opts.classes, pending.shape[2]
+  rate, running = opts.class_rate(), opts.variance == "running"
+  block = block.astype(np.float32).copy()
+  cs, _, det = class_views(block, k, c)
+  guard = opts.class_guard
+  if guard is not None:
+    if not _detector_usable(det, k):
+      det[:] = _detector_reset(k)
+    ra = min(F32(F32(32.0) / F32(guard)), F32(1.0))
+  for i, label in enumerate(labels):
     mean, var = pending[0, i], pending[1, i]
-    mu_new = (om * cs[0, k] + rate * mean).astype(np.float32)
-    v_used = var
-    if opts.variance == "running":
-      d = (mean - mu_new).astype(np.float32)
-      v_used = (var + d * d).astype(np.float32)
-    cs[1, k] = (om * cs[1, k] + rate * v_used).astype(np.float32)
-    cs[0, k] = mu_new
-  return cs
+    if label >= 0:
+      _commit_image(cs[0, label], cs[1, label], mean, var, rate, running)
+    if guard is None:
+      continue
+    dl = int(det_labels[i])
+    if dl < 0:
+      continue
+    seen = int(det[k + 3])
+    rl = F32(F32(1.0) / F32(min(guard // 8 + seen + 1, guard)))
+    keep = F32(F32(1.0) - rl)
+    if seen < guard:
+      det[k + 3] = F32(seen + 1)
+    det[:k] = (keep * det[:k]).astype(np.float32)
+    det[dl] = F32(det[dl] + rl)
+    if det[k + 1] >= 0:
+      agree = F32(1.0) if F32(dl) == det[k + 1] else F32(0.0)
+      det[k] = F32(F32(F32(F32(1.0) - ra) * det[k]) + F32(ra * agree))
+    det[k + 1] = F32(dl)
+  if guard is not None:
+    e = F32(0.0)
+    for j in range(k):
+      e = F32(e + F32(det[j] * det[j]))
+    det[k + 2] = F32(1.0) if det[k] > F32(F32(1.75) * e) else F32(0.0)
+  return block
 
 
 def class_labels_s8(logits: np.ndarray, margin: int = 0) -> np.ndarray:

@@ -20,14 +20,16 @@ def _bits(a):
 
 def _class_case(rng, steps=6):
   """A random op case (cases.random_case) with K classes and offsets around its
-  targets, window-rate options (momentum also drawn) and both variance estimators."""
+  targets, window-rate options (momentum also drawn), both variance estimators and
+  the guard off or on (SPEC "Guard")."""
   case = cases.random_case(rng, steps=steps)
   k = int(rng.choice([2, 3, 10, 17]))
   c = case.beta.shape[0]
   spread = np.where(case.gamma_abs > 0, case.gamma_abs, 1.0)
   offsets = (rng.normal(0, 1, (k, c)) * spread * rng.uniform(0, 2)).astype(np.float32)
   offsets = np.clip(offsets, -2.0**40, 2.0**40).astype(np.float32)
-  opts = dataclasses.replace(case.opts, classes=k)
+  guard = [None, 32, 33, 64, 4096][int(rng.integers(5))]
+  opts = dataclasses.replace(case.opts, classes=k, class_guard=guard)
   return case, opts, offsets
 
 
@@ -50,7 +52,7 @@ def test_class_balanced_streams_match_the_reference_bit_for_bit(seed):
         y = node(x, mode, path=path, variant=variant)
         np.testing.assert_array_equal(y, y_ref, err_msg=where)
         np.testing.assert_array_equal(_bits(node.state.data), _bits(ref.data), where)
-        np.testing.assert_array_equal(_bits(node.state.classes), _bits(ref.classes),
+        np.testing.assert_array_equal(_bits(node.state.block), _bits(ref.block),
                                       where)
         assert (node.state.pending is None) == (ref.pending is None), where
         if ref.pending is not None:
@@ -61,10 +63,10 @@ def test_class_balanced_streams_match_the_reference_bit_for_bit(seed):
         ops.forge_recalib_reference_commit(labels, ref, opts)
         for node in nodes:
           node.commit(labels)
-          np.testing.assert_array_equal(_bits(node.state.classes), _bits(ref.classes),
+          np.testing.assert_array_equal(_bits(node.state.block), _bits(ref.block),
                                         f"trial {trial} commit {step}")
           assert node.state.pending is None
-      assert np.all(np.isfinite(ref.classes))
+      assert np.all(np.isfinite(ref.block))
 
 
 def test_reset_state_is_the_clean_targets_up_to_rounding():
@@ -77,12 +79,12 @@ def test_reset_state_is_the_clean_targets_up_to_rounding():
   offsets = rng.normal(0, 0.3, (k, c)).astype(np.float32)
   offsets -= offsets.mean(0, dtype=np.float32)
   state = ops.RecalibState(beta, gamma, offsets)
-  cs, mix = reference.classes_mixture(beta, gamma, offsets, state.classes)
+  cs, mix = reference.classes_mixture(beta, gamma, offsets, state.block)
   np.testing.assert_allclose(mix[:c], beta, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(mix[c:], gamma * gamma, rtol=1e-5)
-  c_state = np.empty((2, k, c), np.float32)
+  c_state = np.empty(reference.class_floats(c, k), np.float32)
   ops.core().classes_reset(beta, gamma, offsets, c_state)
-  assert c_state.tobytes() == state.classes.tobytes()
+  assert c_state.tobytes() == state.block.tobytes()
 
 
 def test_unusable_class_channels_are_repaired_identically():
@@ -99,6 +101,116 @@ def test_unusable_class_channels_are_repaired_identically():
     outs.append((y, node.state.classes.tobytes(), node.state.data.tobytes()))
   assert outs[0][1:] == outs[1][1:]
   np.testing.assert_array_equal(outs[0][0], outs[1][0])
+
+
+@pytest.mark.parametrize("corrupt", ["blind_mean", "blind_var", "histogram",
+                                     "agreement", "previous", "flag", "count"])
+def test_unusable_guard_state_is_repaired_identically(corrupt):
+  """SPEC "Repair" of the guard: a label-blind channel like the plain state, the
+  detector as a whole (reset: no evidence, flag clear)."""
+  rng = np.random.default_rng(6)
+  case, opts, offsets = _class_case(rng, steps=1)
+  opts = dataclasses.replace(opts, class_guard=64)
+  x = case.batches[0]
+  outs = []
+  for fn in ("c", "reference"):
+    node = ops.RecalibOp(opts, case.quant, case.beta, case.gamma_abs, offsets=offsets)
+    st, k = node.state, opts.classes
+    {"blind_mean": lambda: st.blind[0].__setitem__(0, np.inf),
+     "blind_var": lambda: st.blind[1].__setitem__(-1, -2.0),
+     "histogram": lambda: st.detector.__setitem__(0, 1.5),
+     "agreement": lambda: st.detector.__setitem__(k, np.nan),
+     "previous": lambda: st.detector.__setitem__(k + 1, 0.5),
+     "flag": lambda: st.detector.__setitem__(k + 2, 2.0),
+     "count": lambda: st.detector.__setitem__(k + 3, -1.0)}[corrupt]()
+    y = node(x, "adapt") if fn == "c" else node.reference(x, "adapt")
+    clean = reference.classes_reset(case.beta, case.gamma_abs, offsets)
+    _, clean_blind, clean_det = reference.class_views(clean, k, len(case.beta))
+    if corrupt.startswith("blind"):  # Repaired, then adapted like the plain op.
+      assert np.isfinite(st.blind).all() and (st.blind[1] >= 0).all()
+    else:
+      np.testing.assert_array_equal(st.detector, clean_det)
+    outs.append((y.tobytes(), st.block.tobytes(), st.data.tobytes()))
+  assert outs[0] == outs[1]
+
+
+def _guard_node(guard=64, k=4):
+  c = 3
+  offsets = np.linspace(-1, 1, k * c).reshape(k, c).astype(np.float32)
+  offsets -= offsets.mean(0, dtype=np.float32)
+  opts = ops.RecalibOptions(window=32, classes=k, class_guard=guard)
+  return ops.RecalibOp(opts, ops.QuantParams(0.05, 0, 0.05, 0), np.zeros(c, np.float32),
+                       np.full(c, 2.0, np.float32), offsets=offsets)
+
+
+@pytest.mark.parametrize("fn", ["c", "reference"])
+def test_guard_normalizes_label_blind_until_the_labels_look_correlated(fn):
+  """SPEC "Guard": i.i.d. labels keep the flag clear (the op normalizes with the
+  label-blind statistics, which every image moves); a run of one class sets it (the
+  class mixture); i.i.d. labels clear it again."""
+  rng = np.random.default_rng(0)
+  node = _guard_node()
+  k = node.options.classes
+  commit = node.commit if fn == "c" else node.reference_commit
+  call = node if fn == "c" else node.reference
+
+  def step(label):
+    x = rng.integers(20, 60, (1, 2, 2, 3)).astype(np.int8)  # Shifted: means ~2.
+    call(x, "adapt")
+    commit([label])
+
+  for label in rng.integers(0, k, 200):
+    step(label)
+  assert node.state.detector[k + 2] == 0.0
+  call(np.zeros((1, 2, 2, 3), np.int8), "frozen")
+  np.testing.assert_array_equal(node.state.data, node.state.blind.ravel())
+  assert (node.state.blind[0] > 1.0).all()  # The label-blind means followed the shift.
+  for _ in range(40):
+    step(2)
+  assert node.state.detector[k + 2] == 1.0
+  call(np.zeros((1, 2, 2, 3), np.int8), "frozen")
+  _, mixture = reference.classes_mixture(node.state.beta, node.state.gamma_abs,
+                                         node.state.offsets, node.state.block, False)
+  np.testing.assert_array_equal(node.state.data, mixture)
+  for label in rng.integers(0, k, 200):
+    step(label)
+  assert node.state.detector[k + 2] == 0.0
+
+
+def test_guard_detector_follows_the_spec_arithmetic():
+  """Histogram at 1/(L/8 + n + 1) for the n-th label, then 1/L, agreement at 32/L,
+  flag = a > 1.75 sum h^2, by hand (float64 is exact enough to compare at float32
+  tolerance)."""
+  node = _guard_node(guard=64, k=4)
+  labels = [1, 1, 3, 1, 1, 1, 0] + [2] * 60
+  h, a, prev = np.full(4, 0.25), 0.25, -1
+  for n, label in enumerate(labels):
+    node(np.zeros((1, 2, 2, 3), np.int8), "adapt")
+    node.commit([label])
+    rate = 1 / min(64 // 8 + n + 1, 64)
+    h = h * (1 - rate)
+    h[label] += rate
+    if prev >= 0:
+      a = (1 - 0.5) * a + 0.5 * (label == prev)
+    prev = label
+    det = node.state.detector
+    np.testing.assert_allclose(det[:4], h, rtol=1e-6)
+    np.testing.assert_allclose(det[4], a, rtol=1e-6)
+    assert det[5] == prev and det[6] == float(a > 1.75 * (h * h).sum())
+    assert det[7] == min(n + 1, 64)
+
+
+def test_class_guard_option_needs_classes_and_stays_in_range():
+  assert ops.RecalibOptions(window=64, classes=10, class_guard=0).class_guard is None
+  opts = ops.RecalibOptions(window=64, classes=10, class_guard=4096)
+  assert ops.decode_options(ops.encode_options(opts)) == opts
+  for bad, match in (({"class_guard": 64}, "needs classes"),
+                     ({"classes": 10, "class_guard": 31}, r"\[32, 2\^24\]"),
+                     ({"classes": 10, "class_guard": 2**24 + 1}, r"\[32, 2\^24\]"),
+                     ({"classes": 10, "class_guard": -1}, r"\[32, 2\^24\]"),
+                     ({"classes": 10, "class_guard": True}, "integer")):
+    with pytest.raises(ValueError, match=match):
+      ops.RecalibOptions(window=64, **bad)
 
 
 def test_source_and_frozen_leave_the_class_state_and_pending_alone():
@@ -158,7 +270,8 @@ def test_errors_are_one_line_and_write_nothing():
     ops.RecalibState(case.beta, case.gamma_abs, bad)
   with pytest.raises(ValueError, match="class offsets must be finite"):
     ops.core().classes_reset(case.beta, case.gamma_abs, bad,
-                             np.empty((2,) + bad.shape, np.float32))
+                             np.empty(reference.class_floats(bad.shape[1], bad.shape[0]),
+                                      np.float32))
 
 
 @pytest.mark.parametrize("classes", [1, 257, -1, True, 2.0])
@@ -202,7 +315,7 @@ def test_commits_from_the_output_match_the_reference_bit_for_bit(seed):
       logits[rng.random(len(x)) < 0.5, 0] = 127  # Some confident rows.
       node.commit_output(logits)
       ref.reference_commit_output(logits)
-      np.testing.assert_array_equal(_bits(node.state.classes), _bits(ref.state.classes),
+      np.testing.assert_array_equal(_bits(node.state.block), _bits(ref.state.block),
                                     where)
       assert node.state.pending is None and ref.state.pending is None
 
@@ -217,3 +330,23 @@ def test_class_margin_needs_classes_and_stays_in_range():
                      ({"classes": 10, "class_margin": 1.5}, "integer")):
     with pytest.raises(ValueError, match=match):
       ops.RecalibOptions(window=64, **bad)
+
+
+def test_guard_with_its_flag_clear_is_the_plain_op_bit_for_bit():
+  """SPEC "Guard": while the labels look independent the op is the label-blind op
+  (same outputs, same [mu, var]) on any batch size; the class state still learns."""
+  rng = np.random.default_rng(11)
+  node = _guard_node(guard=64, k=4)
+  plain_opts = ops.RecalibOptions(window=32)
+  plain = ops.RecalibOp(plain_opts, node.quant, node.state.beta, node.state.gamma_abs)
+  seen = 0
+  for step in range(30):
+    x = rng.integers(-40, 90, (int(rng.integers(1, 4)), 2, 2, 3)).astype(np.int8)
+    np.testing.assert_array_equal(node(x, "adapt"), plain(x, "adapt"), f"step {step}")
+    np.testing.assert_array_equal(node.state.data, plain.state.data)
+    node.commit(np.arange(seen, seen + len(x)) % 4)  # Never two alike in a row.
+    seen += len(x)
+    assert not node.state.labels_correlated
+  before = reference.classes_reset(node.state.beta, node.state.gamma_abs,
+                                   node.state.offsets)
+  assert not np.array_equal(node.state.classes, reference.class_views(before, 4, 3)[0])

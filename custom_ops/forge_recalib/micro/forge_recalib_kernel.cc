@@ -32,14 +32,20 @@
  *   first Eval after the interpreter's control asked for it. Targets
  *   beta/gamma_abs stay in flash.
  * Class-balanced statistics (classes = K > 0; SPEC "Class-balanced
- *   statistics"): the state block grows to [mu, var | cmu[K][C], cvar[K][C] |
- *   pmean[N][C], pvar[N][C]] (8 + 8K + 8N bytes/channel). Adapt and frozen
- *   Evals normalize with the class mixture (mu = mean_k cmu_k, var = mean_k
- *   (cvar_k + (cmu_k - mu)^2)) written into [mu, var], run the core in frozen
- *   mode, and an adapt Eval keeps each image's (mean, var) pending; at the
- *   op's next Eval the app's commit (CommitOutput: the label each image's int8
- *   output gives, argmax leading by class_margin; or CommitLabels) moves them
- *   into their classes at rate min(1, K/W) per image.
+ *   statistics"): the state block grows to [mu, var | cmu[K][C], cvar[K][C],
+ *   bmu[C], bvar[C], detector[K + 4] | pmean[N][C], pvar[N][C]] (16 + 8K + 8N
+ *   bytes/channel + 4(K + 4) bytes). Adapt and frozen Evals normalize with the
+ *   class mixture (mu = mean_k cmu_k, var = mean_k (cvar_k + (cmu_k - mu)^2)),
+ *   or with class_guard = L and the detector's flag clear, the label-blind
+ *   (bmu, bvar), written into [mu, var], run the core in frozen mode (adapt
+ *   mode on (bmu, bvar) when they are in use: the plain op), and an
+ *   adapt Eval keeps each image's (mean, var) pending; at the op's next Eval
+ *   the app's commit (CommitOutput: the label each image's int8 output gives,
+ *   argmax leading by class_margin; or CommitLabels) moves them into their
+ *   classes at rate min(1, K/W) per image, and with the guard each argmax into
+ *   the detector: a label histogram h
+ *   (rate 1/L) and the agreement a of consecutive labels (rate 32/L); flag =
+ *   a > 1.75 * sum_k h_k^2.
  * Controls (per interpreter, no globals): the forge_tflm::ForgeRecalibControl
  *   attached with MicroInterpreter::SetMicroExternalContext, read at every
  *   Eval: mode (adapt / frozen) and reset_generation (an op resets when it
@@ -47,7 +53,7 @@
  *   control attached: adapt, reset only by the reset hook. Another payload
  *   in the slot: Eval fails (it would be misread).
  * Op data (persistent, per node): options, quantization constants, state and
- *   target pointers, shape: FORGE_RECALIB_OP_DATA_BYTES_ILP32 (132 B) on 32-bit
+ *   target pointers, shape: FORGE_RECALIB_OP_DATA_BYTES_ILP32 (136 B) on 32-bit
  *   targets, checked below. Invalid options are logged by Init, which then
  *   allocates nothing and Prepare fails.
  * Scratch (non-persistent arena): forge_recalib_scratch_bytes(C) = 280 B/ch
@@ -98,8 +104,7 @@ struct OpData {
 
 float* ClassState(OpData* d) { return d->state + 2 * static_cast<size_t>(d->c); }
 float* Pending(OpData* d) {
-  return ClassState(d) +
-         2 * static_cast<size_t>(d->opts.classes) * static_cast<size_t>(d->c);
+  return ClassState(d) + forge_recalib_class_floats(d->c, d->opts.classes);
 }
 
 // Every reset (Prepare, the reset hook, a control request).
@@ -372,10 +377,23 @@ TfLiteStatus Eval(TfLiteContext* context, TfLiteNode* node) {
       }
       data->pending = 1;
     }
-    forge_recalib_classes_mixture(beta, gamma_abs, data->offsets, data->c,
-                                  data->opts.classes, ClassState(data),
-                                  data->state);
+    const int blind = forge_recalib_classes_mixture(
+        beta, gamma_abs, data->offsets, data->c, data->opts.classes,
+        data->opts.class_guard > 0, ClassState(data), data->state);
     core_mode = FORGE_RECALIB_MODE_FROZEN;
+    if (blind && mode == FORGE_RECALIB_MODE_ADAPT) {
+      // SPEC "Guard": the plain op on the label-blind block, then its
+      // statistics are the ones [mu, var] shows.
+      float* blind_state =
+          forge_recalib_classes_blind(ClassState(data), data->c, data->opts.classes);
+      const int status = FORGE_RECALIB_S8_TARGET(
+          x_data, tflite::micro::GetTensorData<int8_t>(y), data->n, data->hw,
+          data->c, beta, gamma_abs, blind_state, &data->opts, &data->quant,
+          FORGE_RECALIB_MODE_ADAPT, scratch, ScratchBytes(data->c), &msg);
+      if (status != FORGE_RECALIB_OK) return Fail(msg);
+      for (int32_t i = 0; i < 2 * data->c; ++i) data->state[i] = blind_state[i];
+      return kTfLiteOk;
+    }
   }
   // The best variant this build compiles (forge_recalib.h: the Cortex-M DSP or
   // Helium one when the build defines FORGE_RECALIB_CORTEXM, else ansi).

@@ -526,6 +526,27 @@ TF_LITE_MICRO_TEST(ClassMarginCommitsFromTheOutputMatchReference) {
   TF_LITE_MICRO_EXPECT_EQ(kTfLiteError, f.interpreter.Invoke());
 }
 
+// Option class_guard: the op normalizes with its label-blind statistics until
+// the committed outputs' labels look correlated, then with the class mixture;
+// the vectors' stream changes the detector's flag both ways (asserted by the
+// generator), bit for bit the numpy reference.
+TF_LITE_MICRO_TEST(ClassGuardSwitchesStatisticsLikeReference) {
+  namespace v = forge_recalib_test;
+  static ClassFixture f(v::kClassGuardModel);
+  TF_LITE_MICRO_EXPECT(f.Start());
+  const int n = v::kClassGuardElements;
+  for (int s = 0; s < v::kClassGuardSteps; ++s) {
+    TF_LITE_MICRO_EXPECT(f.InvokeAndMatch(v::kClassGuardInput + s * n,
+                                          v::kClassGuardExpectedAdapt + s * n, n));
+    f.control.CommitOutput(
+        v::kClassGuardLogits + s * v::kClassGuardBatch * v::kClassGuardClasses,
+        v::kClassGuardBatch, v::kClassGuardClasses);
+  }
+  f.control.SetMode(FORGE_RECALIB_MODE_FROZEN);
+  TF_LITE_MICRO_EXPECT(
+      f.InvokeAndMatch(v::kClassGuardInput, v::kClassGuardExpectedFrozen, n));
+}
+
 TF_LITE_MICRO_TEST(TwoInterpretersAdaptAndResetIndependently) {
   const CaseData k = FORGE_CASE(kStream);
   InterpreterFixture fixture_a(k), fixture_b(k);

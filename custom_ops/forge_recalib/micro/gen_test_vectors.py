@@ -253,6 +253,12 @@ def rule_cases() -> list[tuple[str, bytes, bool]]:
           window=8, class_margin=5)), False),
       ("class_margin_256", dict(offsets=offsets, options=_flexbuffer_map(
           window=8, classes=3, class_margin=256)), False),
+      ("valid_class_guard", dict(offsets=offsets, options=_flexbuffer_map(
+          window=8, classes=3, class_guard=4096)), True),
+      ("class_guard_without_classes", dict(options=_flexbuffer_map(
+          window=8, class_guard=4096)), False),
+      ("class_guard_31", dict(offsets=offsets, options=_flexbuffer_map(
+          window=8, classes=3, class_guard=31)), False),
   ]
   return [(name, _rule_model(**kwargs), accepted) for name, kwargs, accepted in cases]
 
@@ -286,15 +292,17 @@ def _rule_cases_text() -> str:
   return "".join(out)
 
 
-def _classes_case(rng, margin: int | None = None) -> str:
+def _classes_case(rng, margin: int | None = None, guard: int | None = None) -> str:
   """A class-balanced stream through a one-op model: per step an adapt invocation,
   then the labels committed (through the control on the device), then one frozen
   invocation at the end; expected outputs from the numpy reference. With `margin`
   (option class_margin) the commits are the model's int8 outputs instead (logits
-  [N, K], CommitOutput): the op takes the labels from them."""
-  shape, k, steps = (2, 3, 3, 4), 3, 4
+  [N, K], CommitOutput): the op takes the labels from them. With `guard` (option
+  class_guard) the stream is longer and the detector's flag must change both ways."""
+  shape, k, steps = (2, 3, 3, 4), 3, 4 if guard is None else 12
   c = shape[-1]
-  opts = ops.RecalibOptions(window=6, classes=k, activation="relu", class_margin=margin)
+  opts = ops.RecalibOptions(window=6, classes=k, activation="relu", class_margin=margin,
+                            class_guard=guard)
   quant = ops.QuantParams(s_x=0.05, z_x=-7, s_y=0.03, z_y=-100)
   offsets = rng.normal(0, 0.2, (k, c)).astype(np.float32)
   model = _rule_model(x_shape=shape, x_quant=(quant.s_x, quant.z_x),
@@ -310,18 +318,25 @@ def _classes_case(rng, margin: int | None = None) -> str:
     labels = rng.integers(-100, 100, (steps, shape[0], k)).astype(np.int8)
     lead = rng.integers(0, k, (steps, shape[0]))
     confident = rng.random((steps, shape[0])) < 0.5
+    if guard is not None:  # A run of one class (the flag sets), then a cycle (clears).
+      lead = np.where(np.arange(steps)[:, None] < steps // 2, 1,
+                      np.arange(steps * shape[0]).reshape(steps, shape[0]) % k)
+      confident[:] = True
     labels[confident, lead[confident]] = 127
     labels[confident] = np.minimum(labels[confident], 70)
     labels[confident, lead[confident]] = 127
-  adapt = []
+  adapt, flags = [], set()
   for x, lab in zip(xs, labels):
     adapt.append(node.reference(x, "adapt"))
     if margin is None:
       node.reference_commit(lab)
     else:
       node.reference_commit_output(lab)
+    flags.add(node.state.labels_correlated)
   frozen = node.reference(xs[0], "frozen")
-  p = "kClasses" if margin is None else "kClassMargin"
+  if guard is not None:
+    assert flags == {False, True}, "the guard case must exercise both statistics"
+  p = "kClasses" if margin is None else "kClassMargin" if guard is None else "kClassGuard"
   commits = "labels" if margin is None else "logits (CommitOutput)"
   return "".join([
       f"// {p[1:]}: shape {list(shape)}, {opts}, {quant}: adapt, commit {commits} per"
@@ -369,6 +384,7 @@ def generate() -> str:
   out += [c + "\n" for c in cases]
   out.append(_classes_case(rng) + "\n")
   out.append(_classes_case(rng, margin=50) + "\n")
+  out.append(_classes_case(rng, margin=50, guard=128) + "\n")
   for name, data in bad.items():
     out.append(_c_array("uint8_t", f"kBadOptions{name}", np.frombuffer(data, np.uint8)))
   out.append("\n" + _rule_cases_text())

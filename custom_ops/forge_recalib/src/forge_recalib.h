@@ -91,6 +91,9 @@ const char* forge_recalib_path_name(int32_t code);
 #define FORGE_RECALIB_DEFAULT_EPS 1e-5f
 /* Option `classes` (K): at most this many classes. */
 #define FORGE_RECALIB_MAX_CLASSES 256
+/* Option `class_guard` (L): 0 (off) or in [MIN, MAX] images. */
+#define FORGE_RECALIB_MIN_GUARD 32
+#define FORGE_RECALIB_MAX_GUARD (1 << 24)
 /* Larger custom_options are rejected (a valid map is about 100 bytes). */
 #define FORGE_RECALIB_MAX_OPTIONS_BYTES 512
 /* AUTO uses the table when a channel has at least this many elements (and the
@@ -108,7 +111,7 @@ const char* forge_recalib_path_name(int32_t code);
  * ScratchBufferHandle). micro/forge_recalib_kernel.cc checks both against the
  * real layouts on every 32-bit build; the manifest's memory figures use them.
  * TFLM rounds each persistent buffer up to FORGE_RECALIB_ARENA_ALIGN. */
-#define FORGE_RECALIB_OP_DATA_BYTES_ILP32 132
+#define FORGE_RECALIB_OP_DATA_BYTES_ILP32 136
 #define FORGE_RECALIB_TFLM_NODE_BYTES_ILP32 72
 #define FORGE_RECALIB_ARENA_ALIGN 16
 
@@ -124,7 +127,8 @@ const char* forge_recalib_path_name(int32_t code);
   X(activation, ACTIVATION)            \
   X(variance, VARIANCE)                \
   X(classes, INT)                      \
-  X(class_margin, INT)
+  X(class_margin, INT)                 \
+  X(class_guard, INT)
 
 typedef struct {
   int32_t use_window; /* 0: fixed momentum, 1: window (m = min(1, N/W)) */
@@ -138,6 +142,10 @@ typedef struct {
   int32_t class_margin; /* in [0, 255], needs classes when > 0: an image enters
                            its class only when its top int8 logit leads the
                            next by at least this much (SPEC "Labels") */
+  int32_t class_guard;  /* 0 or [32, 2^24] images, needs classes when > 0:
+                           label-blind statistics unless the predicted labels
+                           look correlated (SPEC "Guard"); the detector's
+                           label-histogram window L */
 } forge_recalib_options;
 
 /* Quantization constants, computed once by forge_recalib_prepare_quant. */
@@ -208,11 +216,17 @@ int forge_recalib_s8_ansi_path(const int8_t* x, int8_t* y, int32_t N,
  * and once the prediction exists, forge_recalib_classes_commit(...) moves each
  * image's moments into its predicted class. Every variant is reused unchanged.
  * Layouts (float32): offsets [K][C] (the clean class means minus their average,
- * flash); class_state [K][C] means then [K][C] variances (8*K bytes per
- * channel); pending [N][C] means then [N][C] variances (8*N bytes per channel). */
+ * flash); class_state [K][C] means, [K][C] variances, then the guard block
+ * (SPEC "Guard", used with class_guard > 0): label-blind [C] means and [C]
+ * variances, the detector's label histogram [K], agreement, previous label
+ * flag and label count (8*K + 8 bytes per channel plus 4*(K + 4) bytes); pending [N][C]
+ * means then [N][C] variances (8*N bytes per channel). */
 
+/* Floats of the class state of C channels and K classes (guard block included). */
+size_t forge_recalib_class_floats(int32_t C, int32_t K);
 /* Floats of an op's state block: [mu, var] (2 C), with K > 0 classes followed
- * by the class state (2 K C) and the pending moments of a batch of N (2 N C). */
+ * by the class state (forge_recalib_class_floats) and the pending moments of a
+ * batch of N (2 N C). */
 size_t forge_recalib_state_floats(int32_t C, int32_t K, int32_t N);
 /* Offsets finite with |o| <= 2^40, K in [2, FORGE_RECALIB_MAX_CLASSES]. */
 int forge_recalib_check_offsets(const float* offsets, int32_t C, int32_t K,
@@ -221,11 +235,17 @@ int forge_recalib_check_offsets(const float* offsets, int32_t C, int32_t K,
 int forge_recalib_classes_reset(const float* beta, const float* gamma_abs,
                                 const float* offsets, int32_t C, int32_t K,
                                 float* class_state, const char** msg);
-/* Repairs unusable channels of class_state, then writes the class mixture's
- * (mu, var) into state[2C]. Inputs assumed validated. */
-void forge_recalib_classes_mixture(const float* beta, const float* gamma_abs,
-                                   const float* offsets, int32_t C, int32_t K,
-                                   float* class_state, float* state);
+/* Repairs unusable parts of class_state, then writes the (mu, var) the op
+ * normalizes with into state[2C]: the class mixture, or with guard != 0 and
+ * the detector's flag clear, the label-blind statistics; returns 1 in that
+ * case (an adapt invocation then runs the core in adapt mode on the
+ * label-blind block, forge_recalib_classes_blind, and copies it to state),
+ * else 0. Inputs assumed validated. */
+int forge_recalib_classes_mixture(const float* beta, const float* gamma_abs,
+                                  const float* offsets, int32_t C, int32_t K,
+                                  int32_t guard, float* class_state, float* state);
+/* The label-blind block [bmu[C], bvar[C]] of a class state (SPEC "Guard"). */
+float* forge_recalib_classes_blind(float* class_state, int32_t C, int32_t K);
 /* Each image's mean and variance of x[N][HW][C] (SPEC step 2 with M = HW)
  * into pending; scratch as for forge_recalib_s8_* (the stats area). */
 int forge_recalib_image_moments(const int8_t* x, int32_t N, int32_t HW,
@@ -233,13 +253,16 @@ int forge_recalib_image_moments(const int8_t* x, int32_t N, int32_t HW,
                                 float* pending, void* scratch,
                                 size_t scratch_bytes, const char** msg);
 /* labels[N]: each image's class in [0, K), or -1 (it does not enter). Images
- * enter in order, each at rate min(1, K / window) (or min(1, K * momentum)). */
+ * enter in order, each at rate min(1, K / window) (or min(1, K * momentum)).
+ * With class_guard, each labelled image also updates the detector (SPEC
+ * "Guard"). */
 int forge_recalib_classes_commit(const float* pending, const int32_t* labels,
                                  int32_t N, int32_t C,
                                  const forge_recalib_options* opts,
                                  float* class_state, const char** msg);
 /* commit with each image's label taken from the model's int8 output
- * logits[N][K] by forge_recalib_class_label_s8 with opts->class_margin. */
+ * logits[N][K] by forge_recalib_class_label_s8 with opts->class_margin; the
+ * detector takes every image's argmax (margin 0). */
 int forge_recalib_classes_commit_s8(const float* pending, const int8_t* logits,
                                     int32_t N, int32_t C,
                                     const forge_recalib_options* opts,

@@ -149,7 +149,7 @@ int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
   }
   bool has_momentum = false, has_window = false, has_eps = false,
        has_activation = false, has_variance = false, has_classes = false,
-       has_class_margin = false;
+       has_class_margin = false, has_class_guard = false;
   for (size_t i = 0; i < keys.size(); ++i) {
     const flexbuffers::Reference key_ref = keys[i];
     if (!key_ref.IsKey()) return Fail(msg, "malformed flexbuffer options: key");
@@ -209,9 +209,20 @@ int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
         return Fail(msg, "option 'class_margin' must be an integer");
       }
       if (r == OptionRead::kOutOfRange) return Fail(msg, "class_margin must be in [0, 255]");
+    } else if (KeyIs(key, "class_guard")) {
+      if (has_class_guard) return Fail(msg, "duplicate option key 'class_guard'");
+      has_class_guard = true;
+      const OptionRead r = ReadInt(v, 0, FORGE_RECALIB_MAX_GUARD, &out->class_guard);
+      if (r == OptionRead::kWrongType) {
+        return Fail(msg, "option 'class_guard' must be an integer");
+      }
+      if (r == OptionRead::kOutOfRange ||
+          (out->class_guard > 0 && out->class_guard < FORGE_RECALIB_MIN_GUARD)) {
+        return Fail(msg, "class_guard must be 0 (off) or in [32, 2^24]");
+      }
     } else {
       return Fail(msg, "unknown option key (momentum, window, eps, activation, "
-                       "variance, classes, class_margin)");
+                       "variance, classes, class_margin, class_guard)");
     }
   }
   if (has_momentum == has_window) {
