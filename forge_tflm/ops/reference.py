@@ -341,7 +341,7 @@ def classes_commit(block: np.ndarray, pending: np.ndarray, labels,
     if dl < 0:
       continue
     seen = int(det[k + 3])
-    rl = F32(F32(1.0) / F32(min(guard // 8 + seen + 1, guard)))
+    rl = F32(F32(1.0) / F32(min(guard // 4 + seen + 1, guard)))
     keep = F32(F32(1.0) - rl)
     if seen < guard:
       det[k + 3] = F32(seen + 1)

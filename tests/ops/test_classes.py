@@ -178,7 +178,7 @@ def test_guard_normalizes_label_blind_until_the_labels_look_correlated(fn):
 
 
 def test_guard_detector_follows_the_spec_arithmetic():
-  """Histogram at 1/(L/8 + n + 1) for the n-th label, then 1/L, agreement at 32/L,
+  """Histogram at 1/(L/4 + n + 1) for the n-th label, then 1/L, agreement at 32/L,
   flag = a > 1.75 sum h^2, by hand (float64 is exact enough to compare at float32
   tolerance)."""
   node = _guard_node(guard=64, k=4)
@@ -187,7 +187,7 @@ def test_guard_detector_follows_the_spec_arithmetic():
   for n, label in enumerate(labels):
     node(np.zeros((1, 2, 2, 3), np.int8), "adapt")
     node.commit([label])
-    rate = 1 / min(64 // 8 + n + 1, 64)
+    rate = 1 / min(64 // 4 + n + 1, 64)
     h = h * (1 - rate)
     h[label] += rate
     if prev >= 0:

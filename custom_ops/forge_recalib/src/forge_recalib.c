@@ -799,10 +799,10 @@ static void commit_one(const float* pending, int32_t n, int32_t label,
   if (opts->class_guard > 0) {
     float* det = detector_of(class_state, C, K);
     if (det_label >= 0) {
-      /* The histogram's rate: 1 / (L/8 + n + 1) until that reaches 1 / L, so
-       * it starts as the uniform prior worth L/8 labels (SPEC "Guard"). */
+      /* The histogram's rate: 1 / (L/4 + n + 1) until that reaches 1 / L, so
+       * it starts as the uniform prior worth L/4 labels (SPEC "Guard"). */
       const int32_t seen = (int32_t)det[K + 3];
-      int32_t span = (opts->class_guard >> 3) + seen + 1;
+      int32_t span = (opts->class_guard >> 2) + seen + 1;
       float rl, keep;
       if (span > opts->class_guard) span = opts->class_guard;
       rl = 1.0f / (float)span;
