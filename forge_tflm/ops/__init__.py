@@ -61,7 +61,7 @@ class RecalibState:
     self.data = reference.reset_state(self.beta, self.gamma_abs)
     # Class-balanced statistics (SPEC "Class-balanced statistics"): the class offsets
     # [K, C] (constants), the class state block (the C core's layout, one buffer) with
-    # its views `classes` [2, K, C], `blind` [2, C] and `detector` [K + 4] (SPEC
+    # its views `classes` [2, K, C], `blind` [2, C] and `detector` [K + 3] (SPEC
     # "Guard"), and the moments of the last adapt invocation's images waiting for
     # their labels ([2, N, C], None when committed).
     self.offsets = None if offsets is None else np.ascontiguousarray(offsets, np.float32)

@@ -14,8 +14,7 @@ import math
 
 import numpy as np
 
-from forge_tflm.ops.options import (ACTIVATIONS, MAX_GUARD, MODES, VARIANCES, RecalibOptions,
-                                    core)
+from forge_tflm.ops.options import ACTIVATIONS, MODES, VARIANCES, RecalibOptions, core
 
 F32 = np.float32
 
@@ -192,12 +191,12 @@ def check_offsets(offsets: np.ndarray) -> None:
 def class_floats(channels: int, classes: int) -> int:
   """Floats of a class state block (SPEC "State" of class-balanced statistics): the
   class means and variances [2, K, C], the guard's label-blind [2, C] and its
-  detector [K + 4] (histogram, agreement, previous label, flag, labels seen)."""
-  return 2 * classes * channels + 2 * channels + classes + 4
+  detector [K + 3] (histogram, agreement, previous label, flag)."""
+  return 2 * classes * channels + 2 * channels + classes + 3
 
 
 def class_views(block: np.ndarray, classes: int, channels: int):
-  """(class state [2, K, C], label-blind [2, C], detector [K + 4]) views of a block."""
+  """(class state [2, K, C], label-blind [2, C], detector [K + 3]) views of a block."""
   kc = classes * channels
   return (block[:2 * kc].reshape(2, classes, channels),
           block[2 * kc:2 * kc + 2 * channels].reshape(2, channels),
@@ -221,7 +220,7 @@ def _classes_reset_channels(beta, gamma_abs, offsets) -> np.ndarray:
 
 def _detector_reset(k: int) -> np.ndarray:
   u = F32(F32(1.0) / F32(k))
-  return np.array([u] * k + [u, -1.0, 0.0, 0.0], np.float32)
+  return np.array([u] * k + [u, -1.0, 0.0], np.float32)
 
 
 def _detector_usable(det: np.ndarray, k: int) -> bool:
@@ -230,9 +229,6 @@ def _detector_usable(det: np.ndarray, k: int) -> bool:
       return False
   prev = float(det[k + 1])
   if not (-1.0 <= prev < k and prev == int(prev)):
-    return False
-  seen = float(det[k + 3])
-  if not (0.0 <= seen <= MAX_GUARD and seen == int(seen)):
     return False
   return float(det[k + 2]) in (0.0, 1.0)
 
@@ -340,11 +336,8 @@ def classes_commit(block: np.ndarray, pending: np.ndarray, labels,
     dl = int(det_labels[i])
     if dl < 0:
       continue
-    seen = int(det[k + 3])
-    rl = F32(F32(1.0) / F32(min(guard // 4 + seen + 1, guard)))
+    rl = F32(F32(1.0) / F32(guard))
     keep = F32(F32(1.0) - rl)
-    if seen < guard:
-      det[k + 3] = F32(seen + 1)
     det[:k] = (keep * det[:k]).astype(np.float32)
     det[dl] = F32(det[dl] + rl)
     if det[k + 1] >= 0:

@@ -521,7 +521,7 @@ static int s8_run(const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
 size_t forge_recalib_class_floats(int32_t C, int32_t K) {
   const size_t c = C > 0 ? (size_t)C : 0;
   if (K <= 0) return 0;
-  return 2 * c * ((size_t)K + 1) + (size_t)K + 4;
+  return 2 * c * ((size_t)K + 1) + (size_t)K + 3;
 }
 
 size_t forge_recalib_state_floats(int32_t C, int32_t K, int32_t N) {
@@ -591,7 +591,6 @@ static void detector_reset(float* det, int32_t K) {
   det[K] = u;         /* agreement */
   det[K + 1] = -1.0f; /* previous label: none */
   det[K + 2] = 0.0f;  /* flag: labels look independent */
-  det[K + 3] = 0.0f;  /* labels seen (for the histogram's warm-up rate) */
 }
 
 static int detector_usable(const float* det, int32_t K) {
@@ -601,10 +600,6 @@ static int detector_usable(const float* det, int32_t K) {
     if (!(det[k] >= 0.0f && det[k] <= 1.0f)) return 0;
   }
   if (!(prev >= -1.0f && prev < (float)K && prev == (float)(int32_t)prev)) return 0;
-  if (!(det[K + 3] >= 0.0f && det[K + 3] <= (float)FORGE_RECALIB_MAX_GUARD &&
-        det[K + 3] == (float)(int32_t)det[K + 3])) {
-    return 0;
-  }
   return det[K + 2] == 0.0f || det[K + 2] == 1.0f;
 }
 
@@ -799,15 +794,8 @@ static void commit_one(const float* pending, int32_t n, int32_t label,
   if (opts->class_guard > 0) {
     float* det = detector_of(class_state, C, K);
     if (det_label >= 0) {
-      /* The histogram's rate: 1 / (L/4 + n + 1) until that reaches 1 / L, so
-       * it starts as the uniform prior worth L/4 labels (SPEC "Guard"). */
-      const int32_t seen = (int32_t)det[K + 3];
-      int32_t span = (opts->class_guard >> 2) + seen + 1;
-      float rl, keep;
-      if (span > opts->class_guard) span = opts->class_guard;
-      rl = 1.0f / (float)span;
-      keep = 1.0f - rl;
-      if (seen < opts->class_guard) det[K + 3] = (float)(seen + 1);
+      const float rl = 1.0f / (float)opts->class_guard;
+      const float keep = 1.0f - rl;
       float ra = 32.0f / (float)opts->class_guard;
       int32_t k;
       if (ra > 1.0f) ra = 1.0f;

@@ -219,7 +219,7 @@ int forge_recalib_s8_ansi_path(const int8_t* x, int8_t* y, int32_t N,
  * flash); class_state [K][C] means, [K][C] variances, then the guard block
  * (SPEC "Guard", used with class_guard > 0): label-blind [C] means and [C]
  * variances, the detector's label histogram [K], agreement, previous label
- * flag and label count (8*K + 8 bytes per channel plus 4*(K + 4) bytes); pending [N][C]
+ * and flag (8*K + 8 bytes per channel plus 4*(K + 3) bytes); pending [N][C]
  * means then [N][C] variances (8*N bytes per channel). */
 
 /* Floats of the class state of C channels and K classes (guard block included). */
