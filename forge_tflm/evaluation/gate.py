@@ -13,7 +13,7 @@ makes the gate keep deciding: every `period` images from the start of the last p
 it probes again, for the same length, and decides again. While re-probing it
 predicts with whichever path it chose last (so a probe never costs accuracy); the
 adapting path continues from its state if the gate is on, or starts from the clean
-targets if it is off. So a stream that shifts into a domain adapting helps turns the
+targets if it is off (class-balanced models: from the state kept, see for_model). So a stream that shifts into a domain adapting helps turns the
 gate on within one period plus one probe, and a stream that shifts back (or whose
 adaptation starts to hurt) turns it off. Device cost of a probe: a second forward
 pass per image in `source` mode (ForgeRecalibControl::SetMode); no state copy.
@@ -94,6 +94,9 @@ class GateConfig:
   period: int | None = None
   # Veto on label-correlated probes (see module); None: no veto.
   max_autocorrelation: float | None = DEFAULT_MAX_AUTOCORRELATION
+  # Off decisions keep FORGE's state (predicting in source mode meanwhile) instead of
+  # resetting it; set by for_model for class-balanced models (see there).
+  keep_state: bool = False
 
   def __post_init__(self):
     if self.signal not in SIGNALS:
@@ -127,9 +130,14 @@ def for_model(config: GateConfig, class_balanced: bool) -> GateConfig:
   label-blind statistics normalize a label-correlated window's class away. A model
   with class-balanced statistics (SPEC "Class-balanced statistics") is that defence,
   so its gate decides on the score alone; vetoing would forfeit exactly the streams
-  the defence recovers (benchmarks/results/field_protocols_balanced*.md)."""
-  if class_balanced and config.max_autocorrelation is not None:
-    return dataclasses.replace(config, max_autocorrelation=None)
+  the defence recovers (benchmarks/results/field_protocols_balanced*.md). Its state
+  also survives an off decision (the gate predicts with the op's source mode until it
+  turns on again): the guard's label history spans many runs of a class, and a reset
+  at every off decision restarted it inside a run, where the label-blind statistics
+  absorbed the class before the guard caught it again (sorted streams, batch 64:
+  6/15 corruptions hurt, benchmarks/results/field_protocols_guard*.md)."""
+  if class_balanced:
+    return dataclasses.replace(config, max_autocorrelation=None, keep_state=True)
   return config
 
 
@@ -142,7 +150,8 @@ def device_defines(config: GateConfig) -> dict[str, str]:
           "FORGE_APP_GATE_DELTA": repr(float(config.margin)),
           "FORGE_APP_GATE_MAX_AUTOCORRELATION": repr(float(
               config.max_autocorrelation if config.max_autocorrelation is not None
-              else 1e300))}
+              else 1e300)),
+          "FORGE_APP_GATE_KEEP_STATE": "true" if config.keep_state else "false"}
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -316,10 +325,11 @@ class GatedForge(Int8Method):
         self.fired = gate_fires(self.probe, self.config, self.serial)
         self.decisions.append(self.fired)
         self.probing = False
-        if not self.fired:
+        if not self.fired and not self.config.keep_state:
           self.model.reset()
     else:
-      out = self.logits(x_int8, ADAPT if adapting else FROZEN)
+      off = SOURCE if self.config.keep_state else FROZEN  # FROZEN after a reset: the source.
+      out = self.logits(x_int8, ADAPT if adapting else off)
     n = len(x_int8)
     self.images += n
     self.images_adapted += n if adapting else 0
