@@ -662,16 +662,20 @@ int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) 
       if (status == kTfLiteOk) {
         event = gate.Observe(source_logits, output->data.int8);
         if (!adapting) memcpy(output->data.int8, source_logits, num_classes);
-        if (event == ForgeGate::kDecidedOff) interpreter.Reset();  // clean targets
+        if (event == ForgeGate::kDecidedOff && !config.gate_config.keep_state) {
+          interpreter.Reset();  // clean targets
+        }
       }
     } else {
       const bool adapting = gate.adapting();
-      mode.Set(adapting ? FORGE_RECALIB_MODE_ADAPT : FORGE_RECALIB_MODE_FROZEN);
+      const bool keep = config.gate_config.keep_state;
+      mode.Set(adapting ? FORGE_RECALIB_MODE_ADAPT
+                        : keep ? FORGE_RECALIB_MODE_SOURCE : FORGE_RECALIB_MODE_FROZEN);
       status = interpreter.Invoke();
       if (status == kTfLiteOk && adapting) {
         mode.CommitPrediction(output->data.int8, num_classes);
       }
-      path = adapting ? "adapt" : "frozen";
+      path = adapting ? "adapt" : keep ? "source" : "frozen";
       gate.Skip();
     }
     const uint64_t ticks = Now() - t0;

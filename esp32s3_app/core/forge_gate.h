@@ -39,6 +39,9 @@ struct ForgeGateConfig {
   double delta = 0.03;
   uint32_t period = 0;               // 0: decide once
   double max_autocorrelation = 0.1;  // veto above it; a huge value: no veto
+  // Off decisions keep FORGE's state and predict in source mode (class-balanced
+  // models: forge_tflm.evaluation.gate.for_model); false: reset, then frozen.
+  bool keep_state = false;
 };
 
 constexpr int kForgeGateMaxClasses = 64;

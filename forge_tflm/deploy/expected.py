@@ -229,8 +229,9 @@ def expected_gated(artifact, inputs_int8: np.ndarray, gate, *,
     probing, adapting = gated.probing, bool(gated.fired)
     last.clear()
     gated.predict(x[n:n + 1])
+    off = "source" if gated.config.keep_state else "frozen"
     path = ("adapt" if adapting else "source") if probing else (
-        "adapt" if adapting else "frozen")
+        "adapt" if adapting else off)
     paths.append(path)
     logits.append(last[path].reshape(-1))
     if len(gated.decisions) > len(decisions):

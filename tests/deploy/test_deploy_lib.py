@@ -94,4 +94,5 @@ def test_device_gate_defaults_are_the_evaluators():
   assert int(c["probe_images"]) == int(want["FORGE_APP_GATE_PROBE_IMAGES"])
   assert float(c["delta"]) == float(want["FORGE_APP_GATE_DELTA"])
   assert float(c["max_autocorrelation"]) == float(want["FORGE_APP_GATE_MAX_AUTOCORRELATION"])
+  assert c["keep_state"] == want["FORGE_APP_GATE_KEEP_STATE"] == "false"
   assert int(c["period"]) == 0 and GateConfig().period is None  # Decide once.

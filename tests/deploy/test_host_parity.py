@@ -428,3 +428,32 @@ def test_gated_app_matches_evaluator_forge_gated(artifacts, binaries, stream, tm
     print(f"\n{target}/{name} gated (veto {veto:g}): paths {exp.paths.count('adapt')} adapt, "
           f"{exp.paths.count('source')} source, {exp.paths.count('frozen')} frozen; "
           f"decisions {[d['on'] for d in exp.decisions]}")
+
+
+def test_gated_class_balanced_app_keeps_state_like_the_evaluator(artifacts, binaries, stream,
+                                                                tmp_path):
+  """A class-balanced model's gate (gate.for_model: no veto, state kept through an off
+  decision, source mode meanwhile) on the images sorted by class: the same paths,
+  decisions, logits and predictions on the host app as in the evaluator."""
+  from forge_tflm import deploy
+  from forge_tflm.evaluation.gate import GateConfig, for_model
+
+  path = artifacts["forge_classes"]
+  x = deploy.model_input(path, stream.images)[np.argsort(stream.labels, kind="stable")]
+  gate = GateConfig(warmup_batches=16, period=40)
+  assert for_model(gate, True).keep_state
+  exp = deploy.expected_gated(path, x, gate)
+  images = deploy.write_image_stream(str(tmp_path / "images.bin"), x)
+  r = subprocess.run([binaries["reference"], path, images, f"--images={N_IMAGES}",
+                      "--trace=none", "--gate", "--gate_probe=16", "--gate_period=40",
+                      "--gate_max_autocorrelation=1e300", "--gate_keep_state"],
+                     capture_output=True, text=True)
+  assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+  run = deploy.parse_app_output(r.stdout)
+  assert run.ok and run.paths == exp.paths
+  assert [(d["image"], d["on"]) for d in run.gate_decisions] == \
+      [(d["image"], d["on"]) for d in exp.decisions]
+  np.testing.assert_array_equal(run.logits, exp.logits)
+  np.testing.assert_array_equal(run.predictions, exp.predictions)
+  print(f"\nforge_classes gated, state kept: paths {exp.paths.count('adapt')} adapt, "
+        f"{exp.paths.count('source')} source; decisions {[d['on'] for d in exp.decisions]}")
