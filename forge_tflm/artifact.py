@@ -178,7 +178,7 @@ class Manifest:
   @property
   def state_bytes(self) -> int:
     """FORGE's running statistics: SRAM, 8 B per adapted channel (with K classes of
-    class-balanced statistics at batch 1, 24 + 8 K per channel and 4 (K + 4) per op:
+    class-balanced statistics at batch 1, 24 + 8 K per channel and 4 (K + 3) per op:
     forge_tflm.ops.memory)."""
     return sum(s.state_bytes for s in self.sites)
 

@@ -61,7 +61,7 @@ class RecalibState:
     self.data = reference.reset_state(self.beta, self.gamma_abs)
     # Class-balanced statistics (SPEC "Class-balanced statistics"): the class offsets
     # [K, C] (constants), the class state block (the C core's layout, one buffer) with
-    # its views `classes` [2, K, C], `blind` [2, C] and `detector` [K + 4] (SPEC
+    # its views `classes` [2, K, C], `blind` [2, C] and `detector` [K + 3] (SPEC
     # "Guard"), and the moments of the last adapt invocation's images waiting for
     # their labels ([2, N, C], None when committed).
     self.offsets = None if offsets is None else np.ascontiguousarray(offsets, np.float32)
@@ -137,10 +137,10 @@ def forge_recalib_reference(x: np.ndarray, state: RecalibState,
   q = reference.prepare_quant(opts.activation, quant.s_x, quant.z_x,
                               quant.s_y, quant.z_y)
   if opts.classes is not None and mode != "source":
-    guard = opts.class_guard or 0
+    guard = opts.class_guard is not None
     state.block[:], state.data[:] = reference.classes_mixture(
         state.beta, state.gamma_abs, state.offsets, state.block, guard)
-    blind = guard > 0 and not state.labels_correlated
+    blind = guard and not state.labels_correlated
     if blind and mode == "adapt":  # SPEC "Guard": the plain op on the label-blind block.
       y, new_blind = reference.recalib_step(x, state.beta, state.gamma_abs,
                                             state.blind.reshape(-1), opts=opts, q=q,
@@ -260,7 +260,7 @@ class RecalibOp:
         pending = np.empty((2,) + (x.shape[0], x.shape[-1]), np.float32)
         self._prepared.image_moments(x, pending)  # Before y may overwrite x.
       blind = core().classes_mixture(st.beta, st.gamma_abs, st.offsets, st.block,
-                                     st.data, self.options.class_guard or 0)
+                                     st.data, int(self.options.class_guard is not None))
       if not (blind and mode == "adapt"):
         code = _MODE_CODES["frozen"]
       else:  # SPEC "Guard": the plain op on the label-blind statistics.

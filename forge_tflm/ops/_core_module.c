@@ -527,7 +527,7 @@ static PyObject* classes_call(PyObject* args, int mixture) {
   if (mixture) {
     blind = forge_recalib_classes_mixture((const float*)b.view.buf, (const float*)g.view.buf,
                                   (const float*)o.view.buf, (int32_t)c, (int32_t)k,
-                                  guard, (float*)cs.view.buf, (float*)st.view.buf);
+                                  guard != 0, (float*)cs.view.buf, (float*)st.view.buf);
   } else {
     status = forge_recalib_classes_reset((const float*)b.view.buf,
                                          (const float*)g.view.buf,

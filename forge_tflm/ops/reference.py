@@ -191,12 +191,12 @@ def check_offsets(offsets: np.ndarray) -> None:
 def class_floats(channels: int, classes: int) -> int:
   """Floats of a class state block (SPEC "State" of class-balanced statistics): the
   class means and variances [2, K, C], the guard's label-blind [2, C] and its
-  detector [K + 4] (histogram, agreement, previous label, flag, labels seen)."""
-  return 2 * classes * channels + 2 * channels + classes + 4
+  detector [K + 3] (histogram, agreement, previous label, flag)."""
+  return 2 * classes * channels + 2 * channels + classes + 3
 
 
 def class_views(block: np.ndarray, classes: int, channels: int):
-  """(class state [2, K, C], label-blind [2, C], detector [K + 4]) views of a block."""
+  """(class state [2, K, C], label-blind [2, C], detector [K + 3]) views of a block."""
   kc = classes * channels
   return (block[:2 * kc].reshape(2, classes, channels),
           block[2 * kc:2 * kc + 2 * channels].reshape(2, channels),
@@ -220,23 +220,15 @@ def _classes_reset_channels(beta, gamma_abs, offsets) -> np.ndarray:
 
 def _detector_reset(k: int) -> np.ndarray:
   u = F32(F32(1.0) / F32(k))
-  return np.array([u] * k + [u, -1.0, 0.0, 0.0], np.float32)
+  return np.array([u] * k + [u, -1.0, 0.0], np.float32)
 
 
-def detector_warmup(guard: int) -> int:
-  """Labels the detector counts after a reset before it may flag (SPEC "Guard")."""
-  return guard // 16
-
-
-def _detector_usable(det: np.ndarray, k: int, guard: int) -> bool:
+def _detector_usable(det: np.ndarray, k: int) -> bool:
   with np.errstate(invalid="ignore"):
     if not np.all((det[:k + 1] >= 0) & (det[:k + 1] <= 1)):
       return False
   prev = float(det[k + 1])
   if not (-1.0 <= prev < k and prev == int(prev)):
-    return False
-  seen = float(det[k + 3])
-  if not (0.0 <= seen <= detector_warmup(guard) and seen == int(seen)):
     return False
   return float(det[k + 2]) in (0.0, 1.0)
 
@@ -258,10 +250,9 @@ def classes_reset(beta: np.ndarray, gamma_abs: np.ndarray,
 
 
 @np.errstate(all="ignore")
-def classes_mixture(beta, gamma_abs, offsets, block: np.ndarray, guard: int = 0):
-  """(repaired block, state [mu, var]): the class mixture, or with the guard on
-  (`guard` = class_guard, 0 off) and its flag clear, the label-blind statistics
-  (SPEC "Guard")."""
+def classes_mixture(beta, gamma_abs, offsets, block: np.ndarray, guard: bool = False):
+  """(repaired block, state [mu, var]): the class mixture, or with the guard on and
+  its flag clear, the label-blind statistics (SPEC "Guard")."""
   k, c = offsets.shape
   block = block.astype(np.float32).copy()
   cs, blind, det = class_views(block, k, c)
@@ -270,7 +261,7 @@ def classes_mixture(beta, gamma_abs, offsets, block: np.ndarray, guard: int = 0)
     clean = _classes_reset_channels(beta, gamma_abs, offsets)
     cs[:, :, bad] = clean[:, :, bad]
   if guard:
-    if not _detector_usable(det, k, guard):
+    if not _detector_usable(det, k):
       det[:] = _detector_reset(k)
     bad = ~(np.isfinite(blind[0]) & np.isfinite(blind[1]) & (blind[1] >= 0))
     if bad.any():
@@ -333,9 +324,8 @@ def classes_commit(block: np.ndarray, pending: np.ndarray, labels,
   cs, _, det = class_views(block, k, c)
   guard = opts.class_guard
   if guard is not None:
-    if not _detector_usable(det, k, guard):
+    if not _detector_usable(det, k):
       det[:] = _detector_reset(k)
-    warmup = F32(detector_warmup(guard))
     ra = min(F32(F32(32.0) / F32(guard)), F32(1.0))
   for i, label in enumerate(labels):
     mean, var = pending[0, i], pending[1, i]
@@ -354,14 +344,11 @@ def classes_commit(block: np.ndarray, pending: np.ndarray, labels,
       agree = F32(1.0) if F32(dl) == det[k + 1] else F32(0.0)
       det[k] = F32(F32(F32(F32(1.0) - ra) * det[k]) + F32(ra * agree))
     det[k + 1] = F32(dl)
-    if det[k + 3] < warmup:
-      det[k + 3] = F32(det[k + 3] + F32(1.0))
   if guard is not None:
     e = F32(0.0)
     for j in range(k):
       e = F32(e + F32(det[j] * det[j]))
-    flag = det[k + 3] >= warmup and det[k] > F32(F32(1.75) * e)
-    det[k + 2] = F32(1.0) if flag else F32(0.0)
+    det[k + 2] = F32(1.0) if det[k] > F32(F32(1.75) * e) else F32(0.0)
   return block
 
 

@@ -105,14 +105,14 @@ def test_manifest_states_the_bytes_per_channel(converted):
   for s in m.to_json()["sites"]:
     mem = s["memory"]
     # [mu, var], 10 classes, the guard's label-blind pair, one pending image; the
-    # guard's detector (K + 4 floats) per op.
+    # guard's detector (K + 3 floats) per op.
     assert mem["state_bytes_per_channel"] == 8 + 8 * 10 + 8 + 8
-    assert mem["state_bytes_per_node"] == 4 * (10 + 4)
-    assert mem["state_bytes"] == 104 * s["channels"] + 56
+    assert mem["state_bytes_per_node"] == 4 * (10 + 3)
+    assert mem["state_bytes"] == 104 * s["channels"] + 52
     assert mem["class_offsets_bytes_flash"] == 4 * 10 * s["channels"]
     assert s["target_bytes"] == 8 * s["channels"] + 4 * 10 * s["channels"]
     assert s["options"]["class_guard"] == DEFAULT_CLASS_GUARD
-  assert m.state_bytes == 104 * m.channels + 56 * len(m.sites)
+  assert m.state_bytes == 104 * m.channels + 52 * len(m.sites)
 
 
 def test_source_mode_is_the_plain_model_and_adapt_commits(converted):

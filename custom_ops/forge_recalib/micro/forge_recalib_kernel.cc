@@ -33,8 +33,8 @@
  *   beta/gamma_abs stay in flash.
  * Class-balanced statistics (classes = K > 0; SPEC "Class-balanced
  *   statistics"): the state block grows to [mu, var | cmu[K][C], cvar[K][C],
- *   bmu[C], bvar[C], detector[K + 4] | pmean[N][C], pvar[N][C]] (16 + 8K + 8N
- *   bytes/channel + 4(K + 4) bytes). Adapt and frozen Evals normalize with the
+ *   bmu[C], bvar[C], detector[K + 3] | pmean[N][C], pvar[N][C]] (16 + 8K + 8N
+ *   bytes/channel + 4(K + 3) bytes). Adapt and frozen Evals normalize with the
  *   class mixture (mu = mean_k cmu_k, var = mean_k (cvar_k + (cmu_k - mu)^2)),
  *   or with class_guard = L and the detector's flag clear, the label-blind
  *   (bmu, bvar), written into [mu, var], run the core in frozen mode (adapt
@@ -379,7 +379,7 @@ TfLiteStatus Eval(TfLiteContext* context, TfLiteNode* node) {
     }
     const int blind = forge_recalib_classes_mixture(
         beta, gamma_abs, data->offsets, data->c, data->opts.classes,
-        data->opts.class_guard, ClassState(data), data->state);
+        data->opts.class_guard > 0, ClassState(data), data->state);
     core_mode = FORGE_RECALIB_MODE_FROZEN;
     if (blind && mode == FORGE_RECALIB_MODE_ADAPT) {
       // SPEC "Guard": the plain op on the label-blind block, then its

@@ -521,7 +521,7 @@ static int s8_run(const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
 size_t forge_recalib_class_floats(int32_t C, int32_t K) {
   const size_t c = C > 0 ? (size_t)C : 0;
   if (K <= 0) return 0;
-  return 2 * c * ((size_t)K + 1) + (size_t)K + 4;
+  return 2 * c * ((size_t)K + 1) + (size_t)K + 3;
 }
 
 size_t forge_recalib_state_floats(int32_t C, int32_t K, int32_t N) {
@@ -584,9 +584,6 @@ static float* detector_of(float* class_state, int32_t C, int32_t K) {
   return class_state + 2 * ((size_t)K + 1) * (size_t)C;
 }
 
-/* Labels the detector counts after a reset before it may flag (SPEC "Guard"). */
-static float detector_warmup(int32_t L) { return (float)(L / 16); }
-
 static void detector_reset(float* det, int32_t K) {
   const float u = 1.0f / (float)K;
   int32_t k;
@@ -594,19 +591,15 @@ static void detector_reset(float* det, int32_t K) {
   det[K] = u;         /* agreement */
   det[K + 1] = -1.0f; /* previous label: none */
   det[K + 2] = 0.0f;  /* flag: labels look independent */
-  det[K + 3] = 0.0f;  /* labels seen, up to the warm-up */
 }
 
-static int detector_usable(const float* det, int32_t K, int32_t L) {
-  const float prev = det[K + 1], seen = det[K + 3];
+static int detector_usable(const float* det, int32_t K) {
+  const float prev = det[K + 1];
   int32_t k;
   for (k = 0; k <= K; ++k) {
     if (!(det[k] >= 0.0f && det[k] <= 1.0f)) return 0;
   }
   if (!(prev >= -1.0f && prev < (float)K && prev == (float)(int32_t)prev)) return 0;
-  if (!(seen >= 0.0f && seen <= detector_warmup(L) && seen == (float)(int32_t)seen)) {
-    return 0;
-  }
   return det[K + 2] == 0.0f || det[K + 2] == 1.0f;
 }
 
@@ -649,7 +642,7 @@ int forge_recalib_classes_mixture(const float* beta, const float* gamma_abs,
   float* blind = class_state + 2 * kc;
   float* det = detector_of(class_state, C, K);
   int32_t c, k, blind_used;
-  if (guard && !detector_usable(det, K, guard)) detector_reset(det, K); /* SPEC "Repair" */
+  if (guard && !detector_usable(det, K)) detector_reset(det, K); /* SPEC "Repair" */
   blind_used = guard && det[K + 2] == 0.0f;
   for (c = 0; c < C; ++c) {
     float s, t, mu;
@@ -814,13 +807,12 @@ static void commit_one(const float* pending, int32_t n, int32_t label,
         det[K] = agree_keep + agree_add;
       }
       det[K + 1] = (float)det_label;
-      if (det[K + 3] < detector_warmup(opts->class_guard)) det[K + 3] = det[K + 3] + 1.0f;
     }
   }
 }
 
 /* SPEC "Guard": after a commit, the flag from the detector. */
-static void detector_decide(float* class_state, int32_t C, int32_t K, int32_t L) {
+static void detector_decide(float* class_state, int32_t C, int32_t K) {
   float* det = detector_of(class_state, C, K);
   float e = 0.0f;
   int32_t k;
@@ -828,13 +820,13 @@ static void detector_decide(float* class_state, int32_t C, int32_t K, int32_t L)
     const float h2 = det[k] * det[k];
     e = e + h2;
   }
-  det[K + 2] = (det[K + 3] >= detector_warmup(L) && det[K] > 1.75f * e) ? 1.0f : 0.0f;
+  det[K + 2] = det[K] > 1.75f * e ? 1.0f : 0.0f;
 }
 
 /* Repairs an unusable detector before a commit reads it (SPEC "Repair"). */
-static void detector_check(float* class_state, int32_t C, int32_t K, int32_t L) {
+static void detector_check(float* class_state, int32_t C, int32_t K) {
   float* det = detector_of(class_state, C, K);
-  if (!detector_usable(det, K, L)) detector_reset(det, K);
+  if (!detector_usable(det, K)) detector_reset(det, K);
 }
 
 int forge_recalib_classes_commit(const float* pending, const int32_t* labels,
@@ -851,11 +843,11 @@ int forge_recalib_classes_commit(const float* pending, const int32_t* labels,
                      "a label must be a class in [0, K) or -1");
     }
   }
-  if (opts->class_guard > 0) detector_check(class_state, C, opts->classes, opts->class_guard);
+  if (opts->class_guard > 0) detector_check(class_state, C, opts->classes);
   for (n = 0; n < N; ++n) {
     commit_one(pending, n, labels[n], labels[n], N, C, opts, rate, class_state);
   }
-  if (opts->class_guard > 0) detector_decide(class_state, C, opts->classes, opts->class_guard);
+  if (opts->class_guard > 0) detector_decide(class_state, C, opts->classes);
   return set_msg(msg, FORGE_RECALIB_OK, "ok");
 }
 
@@ -867,7 +859,7 @@ int forge_recalib_classes_commit_s8(const float* pending, const int8_t* logits,
   float rate;
   const int status = commit_check(pending, logits, N, C, opts, class_state, &rate, msg);
   if (status != FORGE_RECALIB_OK) return status;
-  if (opts->class_guard > 0) detector_check(class_state, C, opts->classes, opts->class_guard);
+  if (opts->class_guard > 0) detector_check(class_state, C, opts->classes);
   for (n = 0; n < N; ++n) {
     const int8_t* row = logits + (size_t)n * (size_t)opts->classes;
     commit_one(pending, n,
@@ -875,7 +867,7 @@ int forge_recalib_classes_commit_s8(const float* pending, const int8_t* logits,
                forge_recalib_class_label_s8(row, opts->classes, 0), N, C, opts, rate,
                class_state);
   }
-  if (opts->class_guard > 0) detector_decide(class_state, C, opts->classes, opts->class_guard);
+  if (opts->class_guard > 0) detector_decide(class_state, C, opts->classes);
   return set_msg(msg, FORGE_RECALIB_OK, "ok");
 }
 

@@ -218,9 +218,9 @@ int forge_recalib_s8_ansi_path(const int8_t* x, int8_t* y, int32_t N,
  * Layouts (float32): offsets [K][C] (the clean class means minus their average,
  * flash); class_state [K][C] means, [K][C] variances, then the guard block
  * (SPEC "Guard", used with class_guard > 0): label-blind [C] means and [C]
- * variances, the detector's label histogram [K], agreement, previous label,
- * flag and labels seen (8*K + 8 bytes per channel plus 4*(K + 4) bytes);
- * pending [N][C] means then [N][C] variances (8*N bytes per channel). */
+ * variances, the detector's label histogram [K], agreement, previous label
+ * and flag (8*K + 8 bytes per channel plus 4*(K + 3) bytes); pending [N][C]
+ * means then [N][C] variances (8*N bytes per channel). */
 
 /* Floats of the class state of C channels and K classes (guard block included). */
 size_t forge_recalib_class_floats(int32_t C, int32_t K);
@@ -236,8 +236,8 @@ int forge_recalib_classes_reset(const float* beta, const float* gamma_abs,
                                 const float* offsets, int32_t C, int32_t K,
                                 float* class_state, const char** msg);
 /* Repairs unusable parts of class_state, then writes the (mu, var) the op
- * normalizes with into state[2C]: the class mixture, or with guard (the
- * class_guard option, 0 off) and the detector's flag clear, the label-blind statistics; returns 1 in that
+ * normalizes with into state[2C]: the class mixture, or with guard != 0 and
+ * the detector's flag clear, the label-blind statistics; returns 1 in that
  * case (an adapt invocation then runs the core in adapt mode on the
  * label-blind block, forge_recalib_classes_blind, and copies it to state),
  * else 0. Inputs assumed validated. */
