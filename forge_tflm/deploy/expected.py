@@ -229,9 +229,8 @@ def expected_gated(artifact, inputs_int8: np.ndarray, gate, *,
     probing, adapting = gated.probing, bool(gated.fired)
     last.clear()
     gated.predict(x[n:n + 1])
-    off = "source" if gated.config.keep_state else "frozen"
     path = ("adapt" if adapting else "source") if probing else (
-        "adapt" if adapting else off)
+        "adapt" if adapting else gated.config.off_mode)
     paths.append(path)
     logits.append(last[path].reshape(-1))
     if len(gated.decisions) > len(decisions):

@@ -13,9 +13,10 @@ makes the gate keep deciding: every `period` images from the start of the last p
 it probes again, for the same length, and decides again. While re-probing it
 predicts with whichever path it chose last (so a probe never costs accuracy); the
 adapting path continues from its state if the gate is on, or starts from the clean
-targets if it is off (class-balanced models: from the state kept, see for_model). So a stream that shifts into a domain adapting helps turns the
-gate on within one period plus one probe, and a stream that shifts back (or whose
-adaptation starts to hurt) turns it off. Device cost of a probe: a second forward
+targets if it is off (class-balanced models: from the state kept, see for_model). So a
+stream that shifts into a domain adapting helps turns the gate on within one period
+plus one probe, and a stream that shifts back (or whose adaptation starts to hurt)
+turns it off. Device cost of a probe: a second forward
 pass per image in `source` mode (ForgeRecalibControl::SetMode); no state copy.
 
 Label-correlated streams (a fixed camera sees one object for many frames) fool every
@@ -97,6 +98,12 @@ class GateConfig:
   # Off decisions keep FORGE's state (predicting in source mode meanwhile) instead of
   # resetting it; set by for_model for class-balanced models (see there).
   keep_state: bool = False
+
+  @property
+  def off_mode(self) -> str:
+    """The op's mode while the gate is off: SOURCE with the state kept, else FROZEN
+    (after the reset: the clean targets, the same predictions)."""
+    return SOURCE if self.keep_state else FROZEN
 
   def __post_init__(self):
     if self.signal not in SIGNALS:
@@ -328,8 +335,7 @@ class GatedForge(Int8Method):
         if not self.fired and not self.config.keep_state:
           self.model.reset()
     else:
-      off = SOURCE if self.config.keep_state else FROZEN  # FROZEN after a reset: the source.
-      out = self.logits(x_int8, ADAPT if adapting else off)
+      out = self.logits(x_int8, ADAPT if adapting else self.config.off_mode)
     n = len(x_int8)
     self.images += n
     self.images_adapted += n if adapting else 0

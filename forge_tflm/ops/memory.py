@@ -2,9 +2,9 @@
 
 Every figure comes from the C side (forge_recalib.h through the binding): the state
 block (forge_recalib_state_floats: 8 B per channel, with K classes and a batch of N
-16 + 8 K + 8 N B per channel and 4 (K + 3) B per node), the kernel's op data and TFLM's per-node bookkeeping (both checked
-against the real struct layouts by a static_assert in every 32-bit build of the
-kernel), and the scratch the core asks for. Measured arenas per target are in
+16 + 8 K + 8 N B per channel and 4 (K + 3) B per node), the kernel's op data and
+TFLM's per-node bookkeeping (both checked against the real struct layouts by a
+static_assert in every 32-bit build of the kernel), and the scratch the core asks for. Measured arenas per target are in
 benchmarks/results/mcu_memory.md (benchmarks/bench_mcu_memory.py).
 """
 
