@@ -142,12 +142,7 @@ def for_model(config: GateConfig, class_balanced: bool) -> GateConfig:
   turns on again): the guard's label history spans many runs of a class, and a reset
   at every off decision restarted it inside a run, where the label-blind statistics
   absorbed the class before the guard caught it again (sorted streams, batch 64:
-  6/15 corruptions hurt, benchmarks/results/field_protocols_guard*.md). While off, the
-  source-mode outputs feed the guard's detector (SegmentedModel.observe): at batch 1 a
-  shift that collapses the source onto a few classes (contrast) can set the flag before
-  the label-blind statistics undo the collapse; the probe then sees an adapting path
-  that does nothing and turns off, and a detector that read only adapted labels would
-  stay frozen at that flag for good (benchmarks/results/field_protocols_guard_bs1.md)."""
+  6/15 corruptions hurt, benchmarks/results/field_protocols_guard*.md)."""
   if class_balanced:
     return dataclasses.replace(config, max_autocorrelation=None, keep_state=True)
   return config
@@ -339,15 +334,8 @@ class GatedForge(Int8Method):
         self.probing = False
         if not self.fired and not self.config.keep_state:
           self.model.reset()
-    elif adapting or self.config.off_mode != SOURCE:
-      out = self.logits(x_int8, ADAPT if adapting else self.config.off_mode)
     else:
-      # Off with the state kept: the source's labels keep the guard's detector
-      # reading the stream (SPEC "Observe"), so a flag the source's own collapse set
-      # can clear while nothing adapts (see for_model).
-      y = self.model.run(x_int8, mode=SOURCE)
-      self.model.observe(y)
-      out = self.model.dequantize_output(y)
+      out = self.logits(x_int8, ADAPT if adapting else self.config.off_mode)
     n = len(x_int8)
     self.images += n
     self.images_adapted += n if adapting else 0

@@ -45,7 +45,6 @@ class ScriptedModel:
                    else frozen_confidence)
     self.calls, self.resets = [], 0
     self.class_balanced = False
-    self.observed = []  # Outputs passed to observe() (the guard's detector).
 
   def reset(self):
     self.resets += 1
@@ -62,9 +61,6 @@ class ScriptedModel:
 
   def dequantize_output(self, y):
     return y
-
-  def observe(self, y):
-    self.observed.append(y)
 
 
 def _stream(gated, batches=6, batch_size=4):
@@ -372,24 +368,3 @@ def test_a_class_balanced_model_is_not_vetoed_on_label_correlated_probes():
   assert gated.config.max_autocorrelation is None
   assert for_model(config, False) is config
   assert for_model(GateConfig(max_autocorrelation=None), True).max_autocorrelation is None
-
-
-def test_a_class_balanced_gate_that_is_off_feeds_the_source_outputs_to_the_detector():
-  # Off with the state kept, the op runs in source mode and its outputs feed the guard's
-  # detector (SPEC "Observe"): a flag the source's own collapse set can clear while
-  # nothing adapts. Probes commit their adapted outputs instead; on, nothing is observed.
-  for adapt_confidence, fires in ((0.5, False), (0.9, True)):
-    model = ScriptedModel(adapt_confidence=adapt_confidence, frozen_confidence=0.5)
-    model.class_balanced = True
-    gated = GatedForge(model, GateConfig(warmup_batches=2, signal=CONFIDENCE_GAIN,
-                                         period=64), batch_size=4)
-    outs = _stream(gated, batches=6)
-    assert gated.fired is fires and gated.config.keep_state
-    assert model.resets == 1  # The one at construction: an off decision keeps the state.
-    if fires:
-      assert model.observed == []
-    else:  # Batches 2-5 are predicted in source mode, each observed once.
-      assert model.calls[4:] == ["source"] * 4
-      assert len(model.observed) == 4
-      for y, out in zip(model.observed, outs[2:]):
-        np.testing.assert_array_equal(y, out)
