@@ -414,6 +414,16 @@ class ModeScope {
       control_.CommitOutput(logits_, 1, static_cast<int32_t>(num_classes));
     }
   }
+  // After a source-mode Invoke while the gate is off with the state kept: its
+  // output feeds the guard's detector only (SPEC "Observe"), so the detector
+  // keeps reading the stream while nothing adapts.
+  void ObservePrediction(const int8_t* logits, size_t num_classes) {
+    if constexpr (kPerInterpreter) {
+      if (num_classes > sizeof(logits_)) return;
+      for (size_t c = 0; c < num_classes; ++c) logits_[c] = logits[c];
+      control_.ObserveOutput(logits_, 1, static_cast<int32_t>(num_classes));
+    }
+  }
 
  private:
   std::conditional_t<kPerInterpreter, Control, char> control_{};
@@ -674,6 +684,8 @@ int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) 
       status = interpreter.Invoke();
       if (status == kTfLiteOk && adapting) {
         mode.CommitPrediction(output->data.int8, num_classes);
+      } else if (status == kTfLiteOk && gate.observing()) {
+        mode.ObservePrediction(output->data.int8, num_classes);
       }
       path = adapting ? "adapt" : keep ? "source" : "frozen";
       gate.Skip();

@@ -121,6 +121,7 @@ ForgeGate::Event ForgeGate::Observe(const int8_t* source_logits,
     const double s = score();
     const bool correlated = rho > config_.max_autocorrelation;
     fired_ = !correlated && s > config_.delta;
+    observing_ = !fired_ && config_.keep_state && fabs(s) < config_.inert_score;
     ++decisions_;
     probing_ = false;
     last_score_ = s;

@@ -13,7 +13,8 @@
 //       out = gate.adapting() ? adp : src;
 //       if (gate.Observe(src, adp) == ForgeGate::kDecidedOff) reset FORGE state;
 //     } else {
-//       out = run in gate.adapting() ? _ADAPT : _FROZEN;
+//       out = run in gate.adapting() ? _ADAPT : _FROZEN;  // (or _SOURCE: keep_state)
+//       if (gate.observing()) hand out to ObserveOutput;
 //       gate.Skip();
 //     }
 //
@@ -42,6 +43,11 @@ struct ForgeGateConfig {
   // Off decisions keep FORGE's state and predict in source mode (class-balanced
   // models: forge_tflm.evaluation.gate.for_model); false: reset, then frozen.
   bool keep_state = false;
+  // With keep_state: after an off decision whose probe scored within this of 0
+  // (the adapting path changed nothing), the app hands each source-mode output
+  // to the guard's detector until the next probe (observing(); gate.py
+  // DEFAULT_INERT_SCORE, SPEC "Observe"); 0: never.
+  double inert_score = 0.001;
 };
 
 constexpr int kForgeGateMaxClasses = 64;
@@ -54,6 +60,9 @@ class ForgeGate {
   bool valid() const { return valid_; }
   bool probing() const { return probing_; }
   bool adapting() const { return fired_; }
+  // Off after an inert probe (config.inert_score): feed the source's outputs to
+  // the detector (ForgeRecalibControl::ObserveOutput).
+  bool observing() const { return observing_; }
   uint32_t decisions() const { return decisions_; }
   double score() const;            // the last (or current) probe's
   double autocorrelation() const;  // idem
@@ -72,6 +81,7 @@ class ForgeGate {
   bool valid_;
   bool probing_ = true;
   bool fired_ = false;
+  bool observing_ = false;
   uint32_t decisions_ = 0;
   uint32_t probed_ = 0;
   uint32_t since_probe_ = 0;

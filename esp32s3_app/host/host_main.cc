@@ -6,6 +6,7 @@
 //                  [--frozen] [--arena=BYTES] [--no_logits] [--dump=OP:IMAGE]
 //                  [--gate] [--gate_probe=N] [--gate_period=N] [--gate_delta=F]
 //                  [--gate_max_autocorrelation=F] [--gate_keep_state]
+//                  [--gate_inert_score=F]
 //
 // IMAGES.bin: N * input_bytes int8 values, image after image (the model's
 // quantized input, e.g. from forge_tflm.deploy.write_image_stream). Without
@@ -59,7 +60,8 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s MODEL.tflite IMAGES.bin [--images=N] [--trace=none|forge|all]"
                     " [--frozen] [--arena=BYTES] [--no_logits] [--dump=OP:IMAGE] [--gate]"
                     " [--gate_probe=N] [--gate_period=N] [--gate_delta=F]"
-                    " [--gate_max_autocorrelation=F] [--gate_keep_state]\n", argv[0]);
+                    " [--gate_max_autocorrelation=F] [--gate_keep_state]"
+                    " [--gate_inert_score=F]\n", argv[0]);
     return 2;
   }
   long num_images = -1;
@@ -89,6 +91,8 @@ int main(int argc, char** argv) {
       config.gate_config.max_autocorrelation = atof(a + 27);
     } else if (strcmp(a, "--gate_keep_state") == 0) {
       config.gate_config.keep_state = true;
+    } else if (strncmp(a, "--gate_inert_score=", 19) == 0) {
+      config.gate_config.inert_score = atof(a + 19);
     } else if (strncmp(a, "--arena=", 8) == 0) {
       arena_bytes = static_cast<size_t>(atol(a + 8));
     } else if (strncmp(a, "--dump=", 7) == 0) {  // --dump=OP:IMAGE

@@ -27,6 +27,7 @@ extern "C" void app_main(void) {
   config.gate_config.delta = FORGE_APP_GATE_DELTA;
   config.gate_config.max_autocorrelation = FORGE_APP_GATE_MAX_AUTOCORRELATION;
   config.gate_config.keep_state = FORGE_APP_GATE_KEEP_STATE;
+  config.gate_config.inert_score = FORGE_APP_GATE_INERT_SCORE;
 #endif
 #if defined(CONFIG_FORGE_APP_TRACE_NONE)
   config.trace = FORGE_APP_TRACE_NONE;

@@ -78,6 +78,14 @@ DEFAULT_DELTA = {DIVERSITY_GAIN: 0.03, CONFIDENCE_GAIN: 0.0, CONFIDENCE_DROP: 0.
 # lowers the score), so the margin sits low. Measurements and the chosen value's
 # effect: benchmarks/results/field_protocols*.md.
 DEFAULT_MAX_AUTOCORRELATION = 0.1
+# Below it (|score|, nats) a probe found the adapting path inert: it changed nothing,
+# which for a class-balanced model means the guard is flagged and the class statistics
+# never move (a source too collapsed to be confident). Only then does the gate, while
+# off, feed the source's labels to the guard's detector (GatedForge, SPEC "Observe"):
+# after a probe that changed predictions the off decision is about adapting, and the
+# source's collapsed labels would dull the detector to later runs of one class
+# (benchmarks/results/field_protocols_guard_observe_bs1.md: impulse_noise sorted).
+DEFAULT_INERT_SCORE = 1e-3
 # The re-probing period a device uses (it never sees a stream boundary); the
 # evaluator's default stays "decide once per stream". field_protocols*.md measure it.
 DEVICE_PERIOD = 1024
@@ -98,6 +106,10 @@ class GateConfig:
   # Off decisions keep FORGE's state (predicting in source mode meanwhile) instead of
   # resetting it; set by for_model for class-balanced models (see there).
   keep_state: bool = False
+  # With keep_state: an off decision after a probe scoring within this of 0 feeds the
+  # source's outputs to the guard's detector until the next probe (see
+  # DEFAULT_INERT_SCORE); 0: never.
+  inert_score: float = DEFAULT_INERT_SCORE
 
   @property
   def off_mode(self) -> str:
@@ -114,6 +126,8 @@ class GateConfig:
       raise ValueError("gate period must be >= 1 image")
     if self.max_autocorrelation is not None and not math.isfinite(self.max_autocorrelation):
       raise ValueError("gate max_autocorrelation must be a finite number")
+    if not self.inert_score >= 0.0:
+      raise ValueError(f"gate inert_score must be >= 0, got {self.inert_score}")
     if self.reference is not None and not 0.0 < self.reference <= 1.0:
       raise ValueError(f"gate reference is a mean softmax confidence in (0, 1], got"
                        f" {self.reference}")
@@ -142,7 +156,13 @@ def for_model(config: GateConfig, class_balanced: bool) -> GateConfig:
   turns on again): the guard's label history spans many runs of a class, and a reset
   at every off decision restarted it inside a run, where the label-blind statistics
   absorbed the class before the guard caught it again (sorted streams, batch 64:
-  6/15 corruptions hurt, benchmarks/results/field_protocols_guard*.md)."""
+  6/15 corruptions hurt, benchmarks/results/field_protocols_guard*.md). After a probe
+  that found the adapting path inert (DEFAULT_INERT_SCORE) the source-mode outputs feed
+  the guard's detector while off (SegmentedModel.observe): at batch 1 a shift that
+  collapses the source onto a few classes (contrast) can set the flag before the
+  label-blind statistics undo the collapse; the class statistics never move, the probe
+  sees an adapting path that does nothing and turns off, and a detector that read only
+  adapted labels would keep that flag for good (field_protocols_guard_bs1.md)."""
   if class_balanced:
     return dataclasses.replace(config, max_autocorrelation=None, keep_state=True)
   return config
@@ -158,7 +178,8 @@ def device_defines(config: GateConfig) -> dict[str, str]:
           "FORGE_APP_GATE_MAX_AUTOCORRELATION": repr(float(
               config.max_autocorrelation if config.max_autocorrelation is not None
               else 1e300)),
-          "FORGE_APP_GATE_KEEP_STATE": "true" if config.keep_state else "false"}
+          "FORGE_APP_GATE_KEEP_STATE": "true" if config.keep_state else "false",
+          "FORGE_APP_GATE_INERT_SCORE": repr(float(config.inert_score))}
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -311,6 +332,7 @@ class GatedForge(Int8Method):
     self.batches_probed = 0
     self.probing = True
     self.fired: bool | None = None  # The last decision; None before the first.
+    self.observing = False  # Off after an inert probe: the source feeds the detector.
     self.decisions: list[bool] = []
     self.last_score = self.last_autocorrelation = float("nan")  # Of the last decision.
     self.images_since_probe = 0
@@ -330,12 +352,22 @@ class GatedForge(Int8Method):
         self.last_score = self.probe.score(self.config)
         self.last_autocorrelation = self.serial.autocorrelation()
         self.fired = gate_fires(self.probe, self.config, self.serial)
+        self.observing = (not self.fired and self.config.keep_state
+                          and abs(self.last_score) < self.config.inert_score)
         self.decisions.append(self.fired)
         self.probing = False
         if not self.fired and not self.config.keep_state:
           self.model.reset()
-    else:
+    elif adapting or self.config.off_mode != SOURCE:
       out = self.logits(x_int8, ADAPT if adapting else self.config.off_mode)
+    else:
+      # Off with the state kept. After an inert probe the source's labels keep the
+      # guard's detector reading the stream (SPEC "Observe"), so a flag the source's
+      # own collapse set can clear while nothing adapts (see for_model).
+      y = self.model.run(x_int8, mode=SOURCE)
+      if self.observing:
+        self.model.observe(y)
+      out = self.model.dequantize_output(y)
     n = len(x_int8)
     self.images += n
     self.images_adapted += n if adapting else 0

@@ -305,6 +305,23 @@ class RecalibOp:
     self._prepared.classes_commit_s8(self.state.pending, logits, self.state.block)
     self.state.pending = None
 
+  def observe_output(self, logits) -> None:
+    """The guard's detector takes each image's argmax of a source-mode int8 output
+    [N, K] (SPEC "Observe"; ForgeRecalibControl::ObserveOutput), the statistics and
+    anything pending left alone. A no-op without class_guard."""
+    if not self.class_balanced:
+      raise ValueError("observe needs the classes option")
+    logits = np.ascontiguousarray(logits, np.int8)
+    if logits.ndim != 2 or logits.shape[1] != self.options.classes or not len(logits):
+      raise ValueError(f"logits must be int8 [N, {self.options.classes}] (K = classes),"
+                       f" got {logits.shape}")
+    self._prepared.classes_observe_s8(logits, self.state.block)
+
+  def reference_observe_output(self, logits) -> None:
+    """The numpy definition of observe_output on the same state (tests)."""
+    self.state.block[:] = reference.classes_observe(
+        self.state.block, np.asarray(logits, np.int8), self.state.channels, self.options)
+
   def reference_commit(self, labels) -> None:
     """The numpy definition of commit on the same state (tests)."""
     forge_recalib_reference_commit(labels, self.state, self.options)

@@ -481,6 +481,41 @@ static PyObject* prepared_classes_commit_s8(Prepared* p, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+/* classes_observe_s8(logits, class_state): logits int8 [N, K] of a source-mode
+ * output; the guard's detector takes each image's argmax (SPEC "Observe"). */
+static PyObject* prepared_classes_observe_s8(Prepared* p, PyObject* args) {
+  PyObject *ol, *os;
+  Buf logits, cs;
+  Py_ssize_t n;
+  int status;
+  const char* msg = NULL;
+  if (!PyArg_ParseTuple(args, "OO", &ol, &os)) return NULL;
+  if (p->opts.classes < 1) {
+    PyErr_SetString(PyExc_ValueError, "observe without the classes option");
+    return NULL;
+  }
+  if (get_buf(ol, &logits, 0, 'b', 1, -1, "logits")) return NULL;
+  n = logits.view.len / p->opts.classes;
+  if (n * p->opts.classes != logits.view.len) {
+    release(&logits);
+    PyErr_SetString(PyExc_ValueError, "logits must be int8 [N, K] with K = classes");
+    return NULL;
+  }
+  if (get_buf(os, &cs, 1, 'f', 4,
+              (Py_ssize_t)forge_recalib_class_floats(p->c, p->opts.classes),
+              "class_state")) {
+    release(&logits);
+    return NULL;
+  }
+  status = forge_recalib_classes_observe_s8(
+      (const int8_t*)logits.view.buf, n > FORGE_RECALIB_MAX_M ? 0 : (int32_t)n, p->c,
+      &p->opts, (float*)cs.view.buf, &msg);
+  release(&logits);
+  release(&cs);
+  if (status != FORGE_RECALIB_OK) return raise_status(status, msg);
+  Py_RETURN_NONE;
+}
+
 /* Class-balanced statistics of a node: reset (mixture=0) or mixture (1). */
 static PyObject* classes_call(PyObject* args, int mixture) {
   PyObject *ob, *og, *oo, *os, *ot = NULL;
@@ -601,6 +636,8 @@ static PyMethodDef kPreparedMethods[] = {
      "classes_commit(pending, labels, class_state): labels int32 [N]"},
     {"classes_commit_s8", (PyCFunction)prepared_classes_commit_s8, METH_VARARGS,
      "classes_commit_s8(pending, logits, class_state): logits int8 [N, K]"},
+    {"classes_observe_s8", (PyCFunction)prepared_classes_observe_s8, METH_VARARGS,
+     "classes_observe_s8(logits, class_state): the detector takes each argmax"},
     {"bench", (PyCFunction)prepared_bench, METH_VARARGS,
      "bench(x, y, state, mode, path, variant, reps) -> total ns of reps calls"
      " (after 1 untimed warm-up)"},

@@ -305,6 +305,27 @@ def _commit_image(mu, var, mean, v, rate, running: bool) -> None:
   mu[:] = mu_new
 
 
+def _detector_take(det: np.ndarray, label: int, k: int, guard: int) -> None:
+  """One label into the guard's detector, in place (SPEC "Guard", "Detector")."""
+  rl = F32(F32(1.0) / F32(guard))
+  ra = min(F32(F32(32.0) / F32(guard)), F32(1.0))
+  keep = F32(F32(1.0) - rl)
+  det[:k] = (keep * det[:k]).astype(np.float32)
+  det[label] = F32(det[label] + rl)
+  if det[k + 1] >= 0:
+    agree = F32(1.0) if F32(label) == det[k + 1] else F32(0.0)
+    det[k] = F32(F32(F32(F32(1.0) - ra) * det[k]) + F32(ra * agree))
+  det[k + 1] = F32(label)
+
+
+def _detector_decide(det: np.ndarray, k: int) -> None:
+  """The flag after a batch of labels (SPEC "Detector")."""
+  e = F32(0.0)
+  for j in range(k):
+    e = F32(e + F32(det[j] * det[j]))
+  det[k + 2] = F32(1.0) if det[k] > F32(F32(1.75) * e) else F32(0.0)
+
+
 @np.errstate(all="ignore")
 def classes_commit(block: np.ndarray, pending: np.ndarray, labels,
                    opts: RecalibOptions, detector_labels=None) -> np.ndarray:
@@ -323,32 +344,36 @@ def classes_commit(block: np.ndarray, pending: np.ndarray, labels,
   block = block.astype(np.float32).copy()
   cs, _, det = class_views(block, k, c)
   guard = opts.class_guard
-  if guard is not None:
-    if not _detector_usable(det, k):
-      det[:] = _detector_reset(k)
-    ra = min(F32(F32(32.0) / F32(guard)), F32(1.0))
+  if guard is not None and not _detector_usable(det, k):
+    det[:] = _detector_reset(k)
   for i, label in enumerate(labels):
-    mean, var = pending[0, i], pending[1, i]
     if label >= 0:
-      _commit_image(cs[0, label], cs[1, label], mean, var, rate, running)
-    if guard is None:
-      continue
-    dl = int(det_labels[i])
-    if dl < 0:
-      continue
-    rl = F32(F32(1.0) / F32(guard))
-    keep = F32(F32(1.0) - rl)
-    det[:k] = (keep * det[:k]).astype(np.float32)
-    det[dl] = F32(det[dl] + rl)
-    if det[k + 1] >= 0:
-      agree = F32(1.0) if F32(dl) == det[k + 1] else F32(0.0)
-      det[k] = F32(F32(F32(F32(1.0) - ra) * det[k]) + F32(ra * agree))
-    det[k + 1] = F32(dl)
+      _commit_image(cs[0, label], cs[1, label], pending[0, i], pending[1, i], rate,
+                    running)
+    if guard is not None and det_labels[i] >= 0:
+      _detector_take(det, int(det_labels[i]), k, guard)
   if guard is not None:
-    e = F32(0.0)
-    for j in range(k):
-      e = F32(e + F32(det[j] * det[j]))
-    det[k + 2] = F32(1.0) if det[k] > F32(F32(1.75) * e) else F32(0.0)
+    _detector_decide(det, k)
+  return block
+
+
+@np.errstate(all="ignore")
+def classes_observe(block: np.ndarray, logits: np.ndarray, channels: int,
+                    opts: RecalibOptions) -> np.ndarray:
+  """The class state block after the guard's detector took each image's argmax of a
+  source-mode output (SPEC "Observe"); the statistics are left alone."""
+  if opts.classes is None:
+    raise ValueError("observe without the classes option")
+  block = block.astype(np.float32).copy()
+  if opts.class_guard is None:
+    return block
+  k = opts.classes
+  _, _, det = class_views(block, k, channels)
+  if not _detector_usable(det, k):
+    det[:] = _detector_reset(k)
+  for label in class_labels_s8(logits, 0):
+    _detector_take(det, int(label), k, opts.class_guard)
+  _detector_decide(det, k)
   return block
 
 

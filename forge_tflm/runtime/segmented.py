@@ -322,6 +322,18 @@ class SegmentedModel:
                            f" has {logits.shape[1]} values per image")
         node.op.commit_output(logits)
 
+  def observe(self, y: np.ndarray) -> None:
+    """After a source-mode run(): its int8 output [N, K] feeds the guard's detector at
+    every class-balanced site (SPEC "Observe"; a device passes the same output to
+    ForgeRecalibControl::ObserveOutput), so the detector keeps reading the stream
+    while nothing adapts. The statistics are left alone; a no-op for other sites."""
+    if not self.class_balanced:
+      return
+    logits = np.asarray(y).reshape(len(y), -1)
+    for node in self.nodes:
+      if node.op.class_balanced:
+        node.op.observe_output(logits)
+
   def get_state(self) -> list[np.ndarray]:
     return [n.state.data.copy() for n in self.nodes]
 

@@ -95,4 +95,5 @@ def test_device_gate_defaults_are_the_evaluators():
   assert float(c["delta"]) == float(want["FORGE_APP_GATE_DELTA"])
   assert float(c["max_autocorrelation"]) == float(want["FORGE_APP_GATE_MAX_AUTOCORRELATION"])
   assert c["keep_state"] == want["FORGE_APP_GATE_KEEP_STATE"] == "false"
+  assert float(c["inert_score"]) == float(want["FORGE_APP_GATE_INERT_SCORE"])
   assert int(c["period"]) == 0 and GateConfig().period is None  # Decide once.

@@ -430,23 +430,27 @@ def test_gated_app_matches_evaluator_forge_gated(artifacts, binaries, stream, tm
           f"decisions {[d['on'] for d in exp.decisions]}")
 
 
+@pytest.mark.parametrize("inert_score", [0.0, 1e300])
 def test_gated_class_balanced_app_keeps_state_like_the_evaluator(artifacts, binaries, stream,
-                                                                tmp_path):
+                                                                tmp_path, inert_score):
   """A class-balanced model's gate (gate.for_model: no veto, state kept through an off
-  decision, source mode meanwhile) on the images sorted by class: the same paths,
-  decisions, logits and predictions on the host app as in the evaluator."""
+  decision, source mode meanwhile; the source's outputs feed the guard's detector after
+  an inert probe: never, or after every off decision) on the images sorted by class:
+  the same paths, decisions, logits and predictions on the host app as in the
+  evaluator."""
   from forge_tflm import deploy
   from forge_tflm.evaluation.gate import GateConfig, for_model
 
   path = artifacts["forge_classes"]
   x = deploy.model_input(path, stream.images)[np.argsort(stream.labels, kind="stable")]
-  gate = GateConfig(warmup_batches=16, period=40)
+  gate = GateConfig(warmup_batches=16, period=40, inert_score=inert_score)
   assert for_model(gate, True).keep_state
   exp = deploy.expected_gated(path, x, gate)
   images = deploy.write_image_stream(str(tmp_path / "images.bin"), x)
   r = subprocess.run([binaries["reference"], path, images, f"--images={N_IMAGES}",
                       "--trace=none", "--gate", "--gate_probe=16", "--gate_period=40",
-                      "--gate_max_autocorrelation=1e300", "--gate_keep_state"],
+                      "--gate_max_autocorrelation=1e300", "--gate_keep_state",
+                      f"--gate_inert_score={inert_score!r}"],
                      capture_output=True, text=True)
   assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
   run = deploy.parse_app_output(r.stdout)

@@ -45,6 +45,7 @@ class ScriptedModel:
                    else frozen_confidence)
     self.calls, self.resets = [], 0
     self.class_balanced = False
+    self.observed = []  # Outputs passed to observe() (the guard's detector).
 
   def reset(self):
     self.resets += 1
@@ -61,6 +62,9 @@ class ScriptedModel:
 
   def dequantize_output(self, y):
     return y
+
+  def observe(self, y):
+    self.observed.append(y)
 
 
 def _stream(gated, batches=6, batch_size=4):
@@ -368,3 +372,34 @@ def test_a_class_balanced_model_is_not_vetoed_on_label_correlated_probes():
   assert gated.config.max_autocorrelation is None
   assert for_model(config, False) is config
   assert for_model(GateConfig(max_autocorrelation=None), True).max_autocorrelation is None
+
+
+def test_a_class_balanced_gate_off_after_an_inert_probe_feeds_the_source_to_the_detector():
+  # Off with the state kept, the op runs in source mode. After a probe whose adapting
+  # path changed nothing (|score| < inert_score: flagged, class statistics that never
+  # move) its outputs feed the guard's detector (SPEC "Observe"), so a flag the source's
+  # own collapse set can clear; after a probe that changed predictions, or on, or while
+  # probing, nothing is observed.
+  for adapt_confidence, inert_score, fires, observes in (
+      (0.7, 1e-3, False, True), (0.7, 0.0, False, False), (0.6, 1e-3, False, False),
+      (0.9, 1e-3, True, False)):
+    model = ScriptedModel(adapt_confidence=adapt_confidence, frozen_confidence=0.7)
+    model.class_balanced = True
+    gated = GatedForge(model, GateConfig(warmup_batches=2, signal=CONFIDENCE_GAIN,
+                                         period=64, inert_score=inert_score), batch_size=4)
+    outs = _stream(gated, batches=6)
+    assert gated.fired is fires and gated.config.keep_state
+    assert model.resets == 1  # The one at construction: an off decision keeps the state.
+    assert gated.observing is observes
+    if not fires:
+      assert model.calls[4:] == ["source"] * 4
+    if observes:  # Batches 2-5 are predicted in source mode, each observed once.
+      assert len(model.observed) == 4
+      for y, out in zip(model.observed, outs[2:]):
+        np.testing.assert_array_equal(y, out)
+    else:
+      assert model.observed == []
+  with pytest.raises(ValueError, match="inert_score"):
+    GateConfig(inert_score=-1.0)
+  with pytest.raises(ValueError, match="inert_score"):
+    GateConfig(inert_score=float("nan"))

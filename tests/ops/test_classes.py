@@ -347,3 +347,71 @@ def test_guard_with_its_flag_clear_is_the_plain_op_bit_for_bit():
   before = reference.classes_reset(node.state.beta, node.state.gamma_abs,
                                    node.state.offsets)
   assert not np.array_equal(node.state.classes, reference.class_views(before, 4, 3)[0])
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_observed_outputs_match_the_reference_bit_for_bit(seed):
+  """observe_output (SPEC "Observe") between adapt/commit steps: the detector takes the
+  argmax of source-mode outputs, in C as in numpy; statistics and pending untouched."""
+  rng = np.random.default_rng([2613, seed])
+  for trial in range(30):
+    case, opts, offsets = _class_case(rng)
+    ref = ops.RecalibOp(opts, case.quant, case.beta, case.gamma_abs, offsets=offsets)
+    node = ops.RecalibOp(opts, case.quant, case.beta, case.gamma_abs, offsets=offsets)
+    k, c = opts.classes, len(case.beta)
+    for step, (x, mode) in enumerate(zip(case.batches, case.modes)):
+      where = f"trial {trial} step {step} {mode} {opts}"
+      np.testing.assert_array_equal(node(x, mode), ref.reference(x, mode), where)
+      logits = rng.integers(-128, 128, (len(x), k)).astype(np.int8)
+      if rng.random() < 0.5:
+        logits[:, int(rng.integers(k))] = 127  # A run of one class.
+      before = node.state.block.copy()
+      pending = None if node.state.pending is None else node.state.pending.copy()
+      node.observe_output(logits)
+      ref.reference_observe_output(logits)
+      np.testing.assert_array_equal(_bits(node.state.block), _bits(ref.state.block),
+                                    where)
+      stats = 2 * k * c + 2 * c  # Class and label-blind statistics: left alone.
+      np.testing.assert_array_equal(_bits(node.state.block[:stats]),
+                                    _bits(before[:stats]), where)
+      if opts.class_guard is None:
+        np.testing.assert_array_equal(_bits(node.state.block), _bits(before), where)
+      if pending is not None:
+        np.testing.assert_array_equal(node.state.pending, pending, where)
+      if node.state.pending is not None:
+        labels = rng.integers(-1, k, len(x))
+        node.commit(labels)
+        ref.reference_commit(labels)
+
+
+@pytest.mark.parametrize("fn", ["c", "reference"])
+def test_observed_labels_enter_the_detector_like_committed_ones(fn):
+  """The detector after observing argmax rows equals the detector after committing the
+  same labels (SPEC "Observe" reuses "Detector"), so a collapsed or one-class source
+  sets and clears the flag while nothing adapts."""
+  seen, done = _guard_node(), _guard_node()
+  k = seen.options.classes
+  observe = seen.observe_output if fn == "c" else seen.reference_observe_output
+  labels = [2] * 40 + list(np.random.default_rng(1).integers(0, k, 300))
+  flags = []
+  for label in labels:
+    row = np.full((1, k), -50, np.int8)
+    row[0, label] = 10
+    observe(row)
+    done(np.zeros((1, 2, 2, 3), np.int8), "adapt")
+    done.state.block[:] = reference.classes_commit(
+        done.state.block, done.state.pending, [-1], done.options, [label])
+    done.state.pending = None
+    np.testing.assert_array_equal(seen.state.detector, done.state.detector)
+    flags.append(seen.state.detector[k + 2])
+  assert max(flags[:40]) == 1.0 and flags[-1] == 0.0
+
+
+def test_observe_needs_classes_and_rows_of_k():
+  node = _guard_node()
+  with pytest.raises(ValueError, match=r"int8 \[N, 4\]"):
+    node.observe_output(np.zeros((2, 3), np.int8))
+  plain = ops.RecalibOp(ops.RecalibOptions(window=32), ops.QuantParams(0.05, 0, 0.05, 0),
+                        np.zeros(3, np.float32), np.ones(3, np.float32))
+  with pytest.raises(ValueError, match="classes option"):
+    plain.observe_output(np.zeros((1, 4), np.int8))

@@ -45,7 +45,8 @@
  *   classes at rate min(1, K/W) per image, and with the guard each argmax into
  *   the detector: a label histogram h
  *   (rate 1/L) and the agreement a of consecutive labels (rate 32/L); flag =
- *   a > 1.75 * sum_k h_k^2.
+ *   a > 1.75 * sum_k h_k^2. ObserveOutput (a source-mode Invoke's output, the
+ *   gate while off) feeds each argmax to the detector only.
  * Controls (per interpreter, no globals): the forge_tflm::ForgeRecalibControl
  *   attached with MicroInterpreter::SetMicroExternalContext, read at every
  *   Eval: mode (adapt / frozen) and reset_generation (an op resets when it
@@ -339,7 +340,19 @@ TfLiteStatus Eval(TfLiteContext* context, TfLiteNode* node) {
     // Labels committed since the last Eval: the deferred class update first.
     if (classes && data->seen_labels != control->label_generation) {
       data->seen_labels = control->label_generation;
-      if (data->pending) {
+      if (control->observe_only) {
+        if (control->logits == nullptr || control->label_count != data->n) {
+          return Fail("an observe needs one output row per image of the batch");
+        }
+        if (control->logit_count != data->opts.classes) {
+          return Fail("ObserveOutput: the output's class count is not the op's classes");
+        }
+        if (forge_recalib_classes_observe_s8(control->logits, data->n, data->c,
+                                             &data->opts, ClassState(data),
+                                             &msg) != FORGE_RECALIB_OK) {
+          return Fail(msg);
+        }
+      } else if (data->pending) {
         if ((control->labels == nullptr && control->logits == nullptr) ||
             control->label_count != data->n) {
           return Fail("a commit needs one label (or output row) per image of the batch");

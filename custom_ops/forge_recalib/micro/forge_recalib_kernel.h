@@ -20,6 +20,11 @@
 //                    // `logits` must stay valid until then (copy the output)
 //   control.CommitLabels(labels, n);  // or labels of your own (labels[i] in
 //                    // [0, K) or -1), same rules
+//   control.ObserveOutput(logits, n, k);  // after a source-mode Invoke: the
+//                    // ops with class_guard feed each image's argmax to their
+//                    // detector only (SPEC "Observe"), at their next Eval
+//                    // (one commit or observe per Invoke: the latest before
+//                    // an op's next Eval is the one it applies)
 //   control.RequestReset();  // every FORGE_RECALIB op of this interpreter
 //                            // restores its clean targets (mu = beta,
 //                            // var = gamma_abs^2) at its next Eval
@@ -65,6 +70,9 @@ struct ForgeRecalibControl {
   int32_t label_count = 0;
   int32_t logit_count = 0;  // per image (CommitOutput): must be the op's K
   uint32_t label_generation = 0;
+  // The logits are a source-mode output for the guard's detector only
+  // (ObserveOutput, SPEC "Observe"), not labels for the pending images.
+  bool observe_only = false;
 
   // mode: FORGE_RECALIB_MODE_ADAPT, _FROZEN or _SOURCE; other values are
   // ignored and return false.
@@ -82,6 +90,7 @@ struct ForgeRecalibControl {
     labels = new_labels;
     logits = nullptr;
     label_count = count;
+    observe_only = false;
     ++label_generation;
   }
   void CommitOutput(const int8_t* output, int32_t count, int32_t classes) {
@@ -89,7 +98,12 @@ struct ForgeRecalibControl {
     logits = output;
     label_count = count;
     logit_count = classes;
+    observe_only = false;
     ++label_generation;
+  }
+  void ObserveOutput(const int8_t* output, int32_t count, int32_t classes) {
+    CommitOutput(output, count, classes);
+    observe_only = true;
   }
 };
 

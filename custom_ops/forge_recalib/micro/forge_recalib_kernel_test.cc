@@ -547,6 +547,37 @@ TF_LITE_MICRO_TEST(ClassGuardSwitchesStatisticsLikeReference) {
       f.InvokeAndMatch(v::kClassGuardInput, v::kClassGuardExpectedFrozen, n));
 }
 
+// ObserveOutput (SPEC "Observe"): source-mode outputs feed the guard's
+// detector only; the observed run of one class sets the flag (the first adapt
+// step normalizes with the class mixture), committed cycles clear it, bit for
+// bit the numpy reference (the generator asserts both).
+TF_LITE_MICRO_TEST(ClassObserveFeedsOnlyTheDetectorLikeReference) {
+  namespace v = forge_recalib_test;
+  static ClassFixture f(v::kClassObserveModel);
+  TF_LITE_MICRO_EXPECT(f.Start());
+  const int n = v::kClassObserveElements;
+  for (int s = 0; s < v::kClassObserveSteps; ++s) {
+    const bool observed = s < v::kClassObserveObserved;
+    f.control.SetMode(observed ? FORGE_RECALIB_MODE_SOURCE : FORGE_RECALIB_MODE_ADAPT);
+    TF_LITE_MICRO_EXPECT(f.InvokeAndMatch(v::kClassObserveInput + s * n,
+                                          v::kClassObserveExpected + s * n, n));
+    const int8_t* logits =
+        v::kClassObserveLogits + s * v::kClassObserveBatch * v::kClassObserveClasses;
+    if (observed) {
+      f.control.ObserveOutput(logits, v::kClassObserveBatch, v::kClassObserveClasses);
+    } else {
+      f.control.CommitOutput(logits, v::kClassObserveBatch, v::kClassObserveClasses);
+    }
+  }
+  f.control.SetMode(FORGE_RECALIB_MODE_FROZEN);
+  TF_LITE_MICRO_EXPECT(
+      f.InvokeAndMatch(v::kClassObserveInput, v::kClassObserveExpectedFrozen, n));
+  // An observed output of another class count is an error at the next Eval.
+  f.control.ObserveOutput(v::kClassObserveLogits, v::kClassObserveBatch,
+                          v::kClassObserveClasses + 1);
+  TF_LITE_MICRO_EXPECT_EQ(kTfLiteError, f.interpreter.Invoke());
+}
+
 TF_LITE_MICRO_TEST(TwoInterpretersAdaptAndResetIndependently) {
   const CaseData k = FORGE_CASE(kStream);
   InterpreterFixture fixture_a(k), fixture_b(k);

@@ -354,6 +354,59 @@ def _classes_case(rng, margin: int | None = None, guard: int | None = None) -> s
       _c_array("int8_t", f"{p}ExpectedFrozen", frozen)])
 
 
+def _observe_case(rng) -> str:
+  """Option class_guard with ObserveOutput (SPEC "Observe"): the first half of the
+  steps are source invocations whose outputs (logits: a run of one class) only feed
+  the detector, which must set its flag without adapting; the second half adapt and
+  commit a cycle of classes, the first of them normalizing with the class mixture the
+  observed flag chose, until the flag clears. Then one frozen invocation."""
+  shape, k, steps = (2, 3, 3, 4), 3, 12
+  c = shape[-1]
+  opts = ops.RecalibOptions(window=6, classes=k, activation="relu", class_margin=50,
+                            class_guard=128)
+  quant = ops.QuantParams(s_x=0.05, z_x=-7, s_y=0.03, z_y=-100)
+  offsets = rng.normal(0, 0.2, (k, c)).astype(np.float32)
+  model = _rule_model(x_shape=shape, x_quant=(quant.s_x, quant.z_x),
+                      y_quant=(quant.s_y, quant.z_y), options=ops.encode_options(opts),
+                      offsets=offsets)
+  from forge_tflm.model_check import check_model, forge_node
+  spec = forge_node(check_model(model), 0)
+  node = ops.RecalibOp(opts, quant, spec.beta, spec.gamma_abs, offsets=offsets)
+  xs = _shifted_batches(rng, shape, steps, shift=-5.0, scale=30.0)
+  observed = steps // 2
+  lead = np.where(np.arange(steps)[:, None] < observed, 1,
+                  np.arange(steps * shape[0]).reshape(steps, shape[0]) % k)
+  logits = rng.integers(-100, 70, (steps, shape[0], k)).astype(np.int8)
+  np.put_along_axis(logits, lead[..., None], 127, axis=2)
+  outs, flags = [], []
+  for s, (x, lab) in enumerate(zip(xs, logits)):
+    if s < observed:
+      outs.append(node.reference(x, "source"))
+      node.reference_observe_output(lab)
+    else:
+      outs.append(node.reference(x, "adapt"))
+      node.reference_commit_output(lab)
+    flags.append(node.state.labels_correlated)
+  frozen = node.reference(xs[0], "frozen")
+  assert flags[observed - 1] and not flags[-1], "observe must set the flag, commits clear it"
+  p = "kClassObserve"
+  return "".join([
+      f"// {p[1:]}: shape {list(shape)}, {opts}, {quant}: {observed} source steps with"
+      " ObserveOutput, then adapt steps with CommitOutput, then frozen on step 0's"
+      " input\n",
+      f"constexpr int {p}Elements = {int(np.prod(shape))};\n",
+      f"constexpr int {p}Batch = {shape[0]};\n",
+      f"constexpr int {p}Steps = {steps};\n",
+      f"constexpr int {p}Observed = {observed};\n",
+      f"constexpr int {p}Classes = {k};\n",
+      _c_array("uint8_t", f"{p}Model", np.frombuffer(model, np.uint8), 24).replace(
+          "alignas(8)", "alignas(16)"),
+      _c_array("int8_t", f"{p}Input", np.stack(xs)),
+      _c_array("int8_t", f"{p}Logits", logits),
+      _c_array("int8_t", f"{p}Expected", np.stack(outs)),
+      _c_array("int8_t", f"{p}ExpectedFrozen", frozen)])
+
+
 def generate() -> str:
   rng = np.random.default_rng(1234)
   cases = [
@@ -385,6 +438,7 @@ def generate() -> str:
   out.append(_classes_case(rng) + "\n")
   out.append(_classes_case(rng, margin=50) + "\n")
   out.append(_classes_case(rng, margin=50, guard=128) + "\n")
+  out.append(_observe_case(rng) + "\n")
   for name, data in bad.items():
     out.append(_c_array("uint8_t", f"kBadOptions{name}", np.frombuffer(data, np.uint8)))
   out.append("\n" + _rule_cases_text())

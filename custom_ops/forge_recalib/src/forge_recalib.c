@@ -778,6 +778,23 @@ static void commit_image(const float* pending, int32_t n, int32_t N, int32_t C,
   }
 }
 
+/* SPEC "Detector": one label into the detector (guard L = class_guard). */
+static void detector_take(float* det, int32_t K, int32_t L, int32_t label) {
+  const float rl = 1.0f / (float)L;
+  const float keep = 1.0f - rl;
+  float ra = 32.0f / (float)L;
+  int32_t k;
+  if (ra > 1.0f) ra = 1.0f;
+  for (k = 0; k < K; ++k) det[k] = keep * det[k];
+  det[label] = det[label] + rl;
+  if (det[K + 1] >= 0.0f) {
+    const float agree_keep = (1.0f - ra) * det[K];
+    const float agree_add = ra * ((float)label == det[K + 1] ? 1.0f : 0.0f);
+    det[K] = agree_keep + agree_add;
+  }
+  det[K + 1] = (float)label;
+}
+
 /* Image n: its class (label >= 0) and, with the guard, the detector
  * (det_label >= 0). */
 static void commit_one(const float* pending, int32_t n, int32_t label,
@@ -791,23 +808,8 @@ static void commit_one(const float* pending, int32_t n, int32_t label,
                  class_state + (size_t)label * (size_t)C,
                  class_state + kc + (size_t)label * (size_t)C);
   }
-  if (opts->class_guard > 0) {
-    float* det = detector_of(class_state, C, K);
-    if (det_label >= 0) {
-      const float rl = 1.0f / (float)opts->class_guard;
-      const float keep = 1.0f - rl;
-      float ra = 32.0f / (float)opts->class_guard;
-      int32_t k;
-      if (ra > 1.0f) ra = 1.0f;
-      for (k = 0; k < K; ++k) det[k] = keep * det[k];
-      det[det_label] = det[det_label] + rl;
-      if (det[K + 1] >= 0.0f) {
-        const float agree_keep = (1.0f - ra) * det[K];
-        const float agree_add = ra * ((float)det_label == det[K + 1] ? 1.0f : 0.0f);
-        det[K] = agree_keep + agree_add;
-      }
-      det[K + 1] = (float)det_label;
-    }
+  if (opts->class_guard > 0 && det_label >= 0) {
+    detector_take(detector_of(class_state, C, K), K, opts->class_guard, det_label);
   }
 }
 
@@ -868,6 +870,33 @@ int forge_recalib_classes_commit_s8(const float* pending, const int8_t* logits,
                class_state);
   }
   if (opts->class_guard > 0) detector_decide(class_state, C, opts->classes);
+  return set_msg(msg, FORGE_RECALIB_OK, "ok");
+}
+
+int forge_recalib_classes_observe_s8(const int8_t* logits, int32_t N, int32_t C,
+                                     const forge_recalib_options* opts,
+                                     float* class_state, const char** msg) {
+  int32_t n;
+  int status;
+  if (logits == NULL || opts == NULL || class_state == NULL) {
+    return set_msg(msg, FORGE_RECALIB_ERR_NULL, "a required pointer is NULL");
+  }
+  status = forge_recalib_validate_options(opts, msg);
+  if (status != FORGE_RECALIB_OK) return status;
+  if (opts->classes == 0) {
+    return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS, "observe without the classes option");
+  }
+  if (N < 1 || N > FORGE_RECALIB_MAX_M || C < 1 || C > FORGE_RECALIB_MAX_C) {
+    return set_msg(msg, FORGE_RECALIB_ERR_SHAPE, "N or C out of range");
+  }
+  if (opts->class_guard == 0) return set_msg(msg, FORGE_RECALIB_OK, "ok");
+  detector_check(class_state, C, opts->classes);
+  for (n = 0; n < N; ++n) {
+    const int8_t* row = logits + (size_t)n * (size_t)opts->classes;
+    detector_take(detector_of(class_state, C, opts->classes), opts->classes,
+                  opts->class_guard, forge_recalib_class_label_s8(row, opts->classes, 0));
+  }
+  detector_decide(class_state, C, opts->classes);
   return set_msg(msg, FORGE_RECALIB_OK, "ok");
 }
 

@@ -267,6 +267,15 @@ int forge_recalib_classes_commit_s8(const float* pending, const int8_t* logits,
                                     int32_t N, int32_t C,
                                     const forge_recalib_options* opts,
                                     float* class_state, const char** msg);
+/* SPEC "Observe": the guard's detector takes each image's argmax of an int8
+ * output logits[N][K] of a source (or frozen) invocation, in order, then
+ * decides its flag; the class and label-blind statistics and the pending
+ * moments are left alone. A no-op without class_guard. The gate calls it for
+ * the images it predicts in source mode while it is off, so the detector
+ * keeps reading the stream while nothing adapts. */
+int forge_recalib_classes_observe_s8(const int8_t* logits, int32_t N, int32_t C,
+                                     const forge_recalib_options* opts,
+                                     float* class_state, const char** msg);
 /* The label of one image (SPEC "Labels"): the index of the largest int8 logit
  * (the lowest index on ties) when it exceeds every other logit by at least
  * min_margin, else -1 (exact on every target). min_margin 0: the argmax. */
