@@ -100,6 +100,11 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
                      " are label-correlated (lag-1 autocorrelation of the softmax"
                      " vectors above this; 0 for i.i.d. labels, near 1 when neighbours"
                      " share a class); >= 1 turns the veto off.", flag_values=fv)
+  flags.DEFINE_float("gate_inert_score", GateConfig.inert_score,
+                     "Gate, class-balanced models: after an off decision whose probe"
+                     " scored within this of 0 (the adapting path changed nothing), feed"
+                     " the source's outputs to the guard's detector until the next probe"
+                     " (SPEC \"Observe\"); 0: never.", flag_values=fv)
   flags.DEFINE_float("gate_reference", None, "confidence_drop: the source's mean"
                      " top-1 confidence on clean held-out data (default: measured on"
                      " the clean split of generated corruptions).", flag_values=fv)
@@ -193,6 +198,8 @@ def _check_flags(fv: flags.FlagValues) -> list[str]:
   if not math.isfinite(fv.gate_max_autocorrelation):
     raise _flag_error("gate_max_autocorrelation", fv.gate_max_autocorrelation,
                       "must be a finite number")
+  if not fv.gate_inert_score >= 0.0:
+    raise _flag_error("gate_inert_score", fv.gate_inert_score, "must be >= 0")
   if fv.gate_delta is not None and not math.isfinite(fv.gate_delta):
     raise _flag_error("gate_delta", fv.gate_delta, "must be a finite number")
   if fv.gate_reference is not None and not 0.0 < fv.gate_reference <= 1.0:
@@ -274,7 +281,8 @@ def run(fv: flags.FlagValues, command: str) -> int:
       gate=GateConfig(warmup_batches=fv.gate_warmup, delta=fv.gate_delta,
                       signal=fv.gate_signal, reference=fv.gate_reference,
                       period=fv.gate_period,
-                      max_autocorrelation=fv.gate_max_autocorrelation),
+                      max_autocorrelation=fv.gate_max_autocorrelation,
+                      inert_score=fv.gate_inert_score),
       option_overrides=recalib_flag_values(fv))
   if fv.keras_model:  # Loaded for the float methods; keep TensorFlow's import quiet.
     from forge_tflm.quiet import import_quietly

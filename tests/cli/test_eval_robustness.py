@@ -93,6 +93,8 @@ def test_source_alone_runs_on_a_plain_model(setup, capsys, tmp_path):
     (["--gate_warmup=0", "--methods=forge-gated"], "--gate_warmup=0: must be >= 1"),
     (["--gate_reference=1.5"], "--gate_reference=1.5: is a mean softmax confidence"),
     (["--gate_delta=nan"], "--gate_delta=nan: must be a finite number"),
+    (["--gate_inert_score=-1"], "--gate_inert_score=-1.0: must be >= 0"),
+    (["--gate_inert_score=nan"], "--gate_inert_score=nan: must be >= 0"),
     (["--momentum=0.1", "--window=8"], "--momentum=0.1 --window=8: set at most one"),
     (["--corrupted_from=cifar_c"], "--corrupted_from=cifar_c needs --cifar_c_dir"),
     (["--cifar_c_dir=/tmp"], "--cifar_c_dir=/tmp: only used with --corrupted_from=cifar_c"),
