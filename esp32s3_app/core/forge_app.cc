@@ -409,9 +409,9 @@ class ModeScope {
   // A copy lives here until then: the arena may reuse the output's bytes.
   void CommitPrediction(const int8_t* logits, size_t num_classes) {
     if constexpr (kPerInterpreter) {
-      if (num_classes > sizeof(logits_)) return;  // No op can have K classes.
-      for (size_t c = 0; c < num_classes; ++c) logits_[c] = logits[c];
-      control_.CommitOutput(logits_, 1, static_cast<int32_t>(num_classes));
+      if (Keep(logits, num_classes)) {
+        control_.CommitOutput(logits_, 1, static_cast<int32_t>(num_classes));
+      }
     }
   }
   // After a source-mode Invoke while the gate is off with the state kept: its
@@ -419,13 +419,20 @@ class ModeScope {
   // keeps reading the stream while nothing adapts.
   void ObservePrediction(const int8_t* logits, size_t num_classes) {
     if constexpr (kPerInterpreter) {
-      if (num_classes > sizeof(logits_)) return;
-      for (size_t c = 0; c < num_classes; ++c) logits_[c] = logits[c];
-      control_.ObserveOutput(logits_, 1, static_cast<int32_t>(num_classes));
+      if (Keep(logits, num_classes)) {
+        control_.ObserveOutput(logits_, 1, static_cast<int32_t>(num_classes));
+      }
     }
   }
 
  private:
+  // Copies the output into logits_; false when no op can have that many classes.
+  bool Keep(const int8_t* logits, size_t num_classes) {
+    if (num_classes > sizeof(logits_)) return false;
+    for (size_t c = 0; c < num_classes; ++c) logits_[c] = logits[c];
+    return true;
+  }
+
   std::conditional_t<kPerInterpreter, Control, char> control_{};
   int8_t logits_[FORGE_RECALIB_MAX_CLASSES] = {};
   int32_t saved_ = 0;

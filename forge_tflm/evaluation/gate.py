@@ -358,16 +358,15 @@ class GatedForge(Int8Method):
         self.probing = False
         if not self.fired and not self.config.keep_state:
           self.model.reset()
-    elif adapting or self.config.off_mode != SOURCE:
-      out = self.logits(x_int8, ADAPT if adapting else self.config.off_mode)
-    else:
-      # Off with the state kept. After an inert probe the source's labels keep the
-      # guard's detector reading the stream (SPEC "Observe"), so a flag the source's
-      # own collapse set can clear while nothing adapts (see for_model).
+    elif self.observing:
+      # Off after an inert probe: the source's labels keep the guard's detector
+      # reading the stream (SPEC "Observe"), so a flag the source's own collapse set
+      # can clear while nothing adapts (see for_model).
       y = self.model.run(x_int8, mode=SOURCE)
-      if self.observing:
-        self.model.observe(y)
+      self.model.observe(y)
       out = self.model.dequantize_output(y)
+    else:
+      out = self.logits(x_int8, ADAPT if adapting else self.config.off_mode)
     n = len(x_int8)
     self.images += n
     self.images_adapted += n if adapting else 0

@@ -439,6 +439,19 @@ static PyObject* prepared_classes_commit(Prepared* p, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+/* logits int8 [N, K] with K = the op's classes: the buffer and N; nonzero (an
+ * exception set, nothing held) when it is not. */
+static int get_logits(const Prepared* p, PyObject* ol, Buf* logits, Py_ssize_t* n) {
+  if (get_buf(ol, logits, 0, 'b', 1, -1, "logits")) return -1;
+  *n = logits->view.len / p->opts.classes;
+  if (*n * p->opts.classes != logits->view.len) {
+    release(logits);
+    PyErr_SetString(PyExc_ValueError, "logits must be int8 [N, K] with K = classes");
+    return -1;
+  }
+  return 0;
+}
+
 /* classes_commit_s8(pending, logits, class_state): logits int8 [N, K], each
  * image's label by the op's class_margin (SPEC "Labels"). */
 static PyObject* prepared_classes_commit_s8(Prepared* p, PyObject* args) {
@@ -452,13 +465,7 @@ static PyObject* prepared_classes_commit_s8(Prepared* p, PyObject* args) {
     PyErr_SetString(PyExc_ValueError, "class commit without the classes option");
     return NULL;
   }
-  if (get_buf(ol, &logits, 0, 'b', 1, -1, "logits")) return NULL;
-  n = logits.view.len / p->opts.classes;
-  if (n * p->opts.classes != logits.view.len) {
-    release(&logits);
-    PyErr_SetString(PyExc_ValueError, "logits must be int8 [N, K] with K = classes");
-    return NULL;
-  }
+  if (get_logits(p, ol, &logits, &n)) return NULL;
   if (get_buf(op, &pending, 0, 'f', 4, 2 * n * p->c, "pending")) {
     release(&logits);
     return NULL;
@@ -494,13 +501,7 @@ static PyObject* prepared_classes_observe_s8(Prepared* p, PyObject* args) {
     PyErr_SetString(PyExc_ValueError, "observe without the classes option");
     return NULL;
   }
-  if (get_buf(ol, &logits, 0, 'b', 1, -1, "logits")) return NULL;
-  n = logits.view.len / p->opts.classes;
-  if (n * p->opts.classes != logits.view.len) {
-    release(&logits);
-    PyErr_SetString(PyExc_ValueError, "logits must be int8 [N, K] with K = classes");
-    return NULL;
-  }
+  if (get_logits(p, ol, &logits, &n)) return NULL;
   if (get_buf(os, &cs, 1, 'f', 4,
               (Py_ssize_t)forge_recalib_class_floats(p->c, p->opts.classes),
               "class_state")) {

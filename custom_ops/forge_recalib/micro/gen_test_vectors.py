@@ -292,6 +292,19 @@ def _rule_cases_text() -> str:
   return "".join(out)
 
 
+def _class_model(rng, shape, opts):
+  """(one-op model bytes, RecalibOp on its constants) for class-balanced options: the
+  class offsets drawn around the op's targets, the vectors' fixed quantization."""
+  quant = ops.QuantParams(s_x=0.05, z_x=-7, s_y=0.03, z_y=-100)
+  offsets = rng.normal(0, 0.2, (opts.classes, shape[-1])).astype(np.float32)
+  model = _rule_model(x_shape=shape, x_quant=(quant.s_x, quant.z_x),
+                      y_quant=(quant.s_y, quant.z_y), options=ops.encode_options(opts),
+                      offsets=offsets)
+  from forge_tflm.model_check import check_model, forge_node
+  spec = forge_node(check_model(model), 0)
+  return model, ops.RecalibOp(opts, quant, spec.beta, spec.gamma_abs, offsets=offsets)
+
+
 def _classes_case(rng, margin: int | None = None, guard: int | None = None) -> str:
   """A class-balanced stream through a one-op model: per step an adapt invocation,
   then the labels committed (through the control on the device), then one frozen
@@ -300,17 +313,9 @@ def _classes_case(rng, margin: int | None = None, guard: int | None = None) -> s
   [N, K], CommitOutput): the op takes the labels from them. With `guard` (option
   class_guard) the stream is longer and the detector's flag must change both ways."""
   shape, k, steps = (2, 3, 3, 4), 3, 4 if guard is None else 12
-  c = shape[-1]
   opts = ops.RecalibOptions(window=6, classes=k, activation="relu", class_margin=margin,
                             class_guard=guard)
-  quant = ops.QuantParams(s_x=0.05, z_x=-7, s_y=0.03, z_y=-100)
-  offsets = rng.normal(0, 0.2, (k, c)).astype(np.float32)
-  model = _rule_model(x_shape=shape, x_quant=(quant.s_x, quant.z_x),
-                      y_quant=(quant.s_y, quant.z_y), options=ops.encode_options(opts),
-                      offsets=offsets)
-  from forge_tflm.model_check import check_model, forge_node
-  spec = forge_node(check_model(model), 0)
-  node = ops.RecalibOp(opts, quant, spec.beta, spec.gamma_abs, offsets=offsets)
+  model, node = _class_model(rng, shape, opts)
   xs = _shifted_batches(rng, shape, steps, shift=-5.0, scale=30.0)
   if margin is None:
     labels = rng.integers(-1, k, (steps, shape[0])).astype(np.int32)
@@ -339,7 +344,7 @@ def _classes_case(rng, margin: int | None = None, guard: int | None = None) -> s
   p = "kClasses" if margin is None else "kClassMargin" if guard is None else "kClassGuard"
   commits = "labels" if margin is None else "logits (CommitOutput)"
   return "".join([
-      f"// {p[1:]}: shape {list(shape)}, {opts}, {quant}: adapt, commit {commits} per"
+      f"// {p[1:]}: shape {list(shape)}, {opts}, {node.quant}: adapt, commit {commits} per"
       " step, then frozen on step 0's input\n",
       f"constexpr int {p}Elements = {int(np.prod(shape))};\n",
       f"constexpr int {p}Batch = {shape[0]};\n",
@@ -361,17 +366,9 @@ def _observe_case(rng) -> str:
   commit a cycle of classes, the first of them normalizing with the class mixture the
   observed flag chose, until the flag clears. Then one frozen invocation."""
   shape, k, steps = (2, 3, 3, 4), 3, 12
-  c = shape[-1]
   opts = ops.RecalibOptions(window=6, classes=k, activation="relu", class_margin=50,
                             class_guard=128)
-  quant = ops.QuantParams(s_x=0.05, z_x=-7, s_y=0.03, z_y=-100)
-  offsets = rng.normal(0, 0.2, (k, c)).astype(np.float32)
-  model = _rule_model(x_shape=shape, x_quant=(quant.s_x, quant.z_x),
-                      y_quant=(quant.s_y, quant.z_y), options=ops.encode_options(opts),
-                      offsets=offsets)
-  from forge_tflm.model_check import check_model, forge_node
-  spec = forge_node(check_model(model), 0)
-  node = ops.RecalibOp(opts, quant, spec.beta, spec.gamma_abs, offsets=offsets)
+  model, node = _class_model(rng, shape, opts)
   xs = _shifted_batches(rng, shape, steps, shift=-5.0, scale=30.0)
   observed = steps // 2
   lead = np.where(np.arange(steps)[:, None] < observed, 1,
@@ -391,7 +388,7 @@ def _observe_case(rng) -> str:
   assert flags[observed - 1] and not flags[-1], "observe must set the flag, commits clear it"
   p = "kClassObserve"
   return "".join([
-      f"// {p[1:]}: shape {list(shape)}, {opts}, {quant}: {observed} source steps with"
+      f"// {p[1:]}: shape {list(shape)}, {opts}, {node.quant}: {observed} source steps with"
       " ObserveOutput, then adapt steps with CommitOutput, then frozen on step 0's"
       " input\n",
       f"constexpr int {p}Elements = {int(np.prod(shape))};\n",
