@@ -116,20 +116,30 @@ ForgeGate::Event ForgeGate::Observe(const int8_t* source_logits,
   memcpy(last_, ps, sizeof(double) * k);
   ++probed_;
   Event event = kNone;
-  if (probed_ == config_.probe_images) {
+  const bool last = probed_ == config_.probe_images;
+  if (last || (config_.early_images > 0 && probed_ >= config_.early_images)) {
+    // GatedForge.predict: the whole probe's decision, or an early "on".
     const double rho = autocorrelation();
     const double s = score();
     const bool correlated = rho > config_.max_autocorrelation;
-    fired_ = !correlated && s > config_.delta;
-    observing_ = !fired_ && config_.keep_state && fabs(s) < config_.inert_score;
-    ++decisions_;
-    probing_ = false;
-    last_score_ = s;
-    last_autocorrelation_ = rho;
-    event = fired_ ? kDecidedOn : kDecidedOff;
+    if (last) {
+      Decide(!correlated && s > config_.delta, s, rho);
+    } else if (!correlated && s > config_.early_delta) {
+      Decide(true, s, rho);
+    }
+    if (!probing_) event = fired_ ? kDecidedOn : kDecidedOff;
   }
   Advance();
   return event;
+}
+
+void ForgeGate::Decide(bool fired, double score, double rho) {
+  fired_ = fired;
+  observing_ = !fired_ && config_.keep_state && fabs(score) < config_.inert_score;
+  ++decisions_;
+  probing_ = false;
+  last_score_ = score;
+  last_autocorrelation_ = rho;
 }
 
 void ForgeGate::Skip() {

@@ -23,7 +23,9 @@
 // adapting continues iff H(mean p_adapted) - H(mean p_source) > delta (nats,
 // "does adapting undo the source's collapse?") and the source's predictions
 // over the probe are not label-correlated (lag-1 autocorrelation of its
-// softmax vectors <= max_autocorrelation). With period > 0 a new probe starts
+// softmax vectors <= max_autocorrelation); from early_images probed images on,
+// a running score above early_delta decides "on" without waiting for the end
+// of the probe. With period > 0 a new probe starts
 // `period` images after the previous one started. Every "off" decision resets
 // FORGE to its clean targets. Memory: 3 * kForgeGateMaxClasses + 5 doubles.
 #ifndef ESP32S3_APP_CORE_FORGE_GATE_H_
@@ -48,6 +50,11 @@ struct ForgeGateConfig {
   // to the guard's detector until the next probe (observing(); gate.py
   // DEFAULT_INERT_SCORE, SPEC "Observe"); 0: never.
   double inert_score = 0.001;
+  // Early "on": from this many probed images on, a probe whose running score
+  // exceeds early_delta (and passes the veto) decides "on" at once; "off" always
+  // takes the whole probe (gate.py DEFAULT_EARLY_IMAGES). 0: never.
+  uint32_t early_images = 96;
+  double early_delta = 0.1;
 };
 
 constexpr int kForgeGateMaxClasses = 64;
@@ -75,6 +82,7 @@ class ForgeGate {
 
  private:
   void Softmax(const int8_t* logits, double* p) const;
+  void Decide(bool fired, double score, double rho);
   void Advance();
 
   ForgeGateConfig config_;

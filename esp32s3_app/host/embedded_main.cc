@@ -45,6 +45,8 @@ int main(int argc, char** argv) {
       config.gate_config.max_autocorrelation = FORGE_APP_GATE_MAX_AUTOCORRELATION;
       config.gate_config.keep_state = FORGE_APP_GATE_KEEP_STATE;
       config.gate_config.inert_score = FORGE_APP_GATE_INERT_SCORE;
+      config.gate_config.early_images = FORGE_APP_GATE_EARLY_IMAGES;
+      config.gate_config.early_delta = FORGE_APP_GATE_EARLY_DELTA;
     }
   }
   ForgeAppPlatform platform = {ClockNs, 1000000000ull, WriteLine, nullptr, nullptr};

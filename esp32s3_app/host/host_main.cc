@@ -6,7 +6,8 @@
 //                  [--frozen] [--arena=BYTES] [--no_logits] [--dump=OP:IMAGE]
 //                  [--gate] [--gate_probe=N] [--gate_period=N] [--gate_delta=F]
 //                  [--gate_max_autocorrelation=F] [--gate_keep_state]
-//                  [--gate_inert_score=F]
+//                  [--gate_inert_score=F] [--gate_early_images=N]
+//                  [--gate_early_delta=F]
 //
 // IMAGES.bin: N * input_bytes int8 values, image after image (the model's
 // quantized input, e.g. from forge_tflm.deploy.write_image_stream). Without
@@ -61,7 +62,8 @@ int main(int argc, char** argv) {
                     " [--frozen] [--arena=BYTES] [--no_logits] [--dump=OP:IMAGE] [--gate]"
                     " [--gate_probe=N] [--gate_period=N] [--gate_delta=F]"
                     " [--gate_max_autocorrelation=F] [--gate_keep_state]"
-                    " [--gate_inert_score=F]\n", argv[0]);
+                    " [--gate_inert_score=F] [--gate_early_images=N]"
+                    " [--gate_early_delta=F]\n", argv[0]);
     return 2;
   }
   long num_images = -1;
@@ -93,6 +95,10 @@ int main(int argc, char** argv) {
       config.gate_config.keep_state = true;
     } else if (strncmp(a, "--gate_inert_score=", 19) == 0) {
       config.gate_config.inert_score = atof(a + 19);
+    } else if (strncmp(a, "--gate_early_images=", 20) == 0) {
+      config.gate_config.early_images = static_cast<uint32_t>(atol(a + 20));
+    } else if (strncmp(a, "--gate_early_delta=", 19) == 0) {
+      config.gate_config.early_delta = atof(a + 19);
     } else if (strncmp(a, "--arena=", 8) == 0) {
       arena_bytes = static_cast<size_t>(atol(a + 8));
     } else if (strncmp(a, "--dump=", 7) == 0) {  // --dump=OP:IMAGE

@@ -28,6 +28,8 @@ extern "C" void app_main(void) {
   config.gate_config.max_autocorrelation = FORGE_APP_GATE_MAX_AUTOCORRELATION;
   config.gate_config.keep_state = FORGE_APP_GATE_KEEP_STATE;
   config.gate_config.inert_score = FORGE_APP_GATE_INERT_SCORE;
+  config.gate_config.early_images = FORGE_APP_GATE_EARLY_IMAGES;
+  config.gate_config.early_delta = FORGE_APP_GATE_EARLY_DELTA;
 #endif
 #if defined(CONFIG_FORGE_APP_TRACE_NONE)
   config.trace = FORGE_APP_TRACE_NONE;

@@ -105,6 +105,15 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
                      " scored within this of 0 (the adapting path changed nothing), feed"
                      " the source's outputs to the guard's detector until the next probe"
                      " (SPEC \"Observe\"); 0: never.", flag_values=fv)
+  flags.DEFINE_integer("gate_early_images", None, "Gate: from this many probed images"
+                       " on, a probe whose running score already exceeds"
+                       " --gate_early_delta decides \"on\" without waiting for its end"
+                       " (\"off\" always takes the whole probe); default: 96 images for"
+                       " diversity_gain, never for the other signals; 0: never.",
+                       flag_values=fv)
+  flags.DEFINE_float("gate_early_delta", None, "Gate: the early \"on\" decision's"
+                     " margin (default: 0.1 nats for diversity_gain, at least"
+                     " --gate_delta).", flag_values=fv)
   flags.DEFINE_float("gate_reference", None, "confidence_drop: the source's mean"
                      " top-1 confidence on clean held-out data (default: measured on"
                      " the clean split of generated corruptions).", flag_values=fv)
@@ -202,6 +211,11 @@ def _check_flags(fv: flags.FlagValues) -> list[str]:
     raise _flag_error("gate_inert_score", fv.gate_inert_score, "must be >= 0")
   if fv.gate_delta is not None and not math.isfinite(fv.gate_delta):
     raise _flag_error("gate_delta", fv.gate_delta, "must be a finite number")
+  if fv.gate_early_images is not None and fv.gate_early_images < 0:
+    raise _flag_error("gate_early_images", fv.gate_early_images,
+                      "must be >= 0 images (0: never decide early)")
+  if fv.gate_early_delta is not None and not math.isfinite(fv.gate_early_delta):
+    raise _flag_error("gate_early_delta", fv.gate_early_delta, "must be a finite number")
   if fv.gate_reference is not None and not 0.0 < fv.gate_reference <= 1.0:
     raise _flag_error("gate_reference", fv.gate_reference, "is a mean softmax confidence"
                       " in (0, 1]")
@@ -282,7 +296,9 @@ def run(fv: flags.FlagValues, command: str) -> int:
                       signal=fv.gate_signal, reference=fv.gate_reference,
                       period=fv.gate_period,
                       max_autocorrelation=fv.gate_max_autocorrelation,
-                      inert_score=fv.gate_inert_score),
+                      inert_score=fv.gate_inert_score,
+                      early_images=fv.gate_early_images,
+                      early_delta=fv.gate_early_delta),
       option_overrides=recalib_flag_values(fv))
   if fv.keras_model:  # Loaded for the float methods; keep TensorFlow's import quiet.
     from forge_tflm.quiet import import_quietly

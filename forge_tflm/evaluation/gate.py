@@ -6,7 +6,9 @@ left alone) and the adapting one (state updated). Predictions come from the sour
 meanwhile, so the probe itself can never hurt. (Comparing against frozen at the
 adapted state would only measure the latest update.) Then the gate keeps adapting for the rest of the stream only if
 the probe's score exceeds `delta`; otherwise it resets FORGE to the clean
-targets and stays frozen (reverts to source).
+targets and stays frozen (reverts to source). A probe whose running score is already
+far above the margin (`early_delta`, from `early_images` probed images on) decides
+"on" without waiting for its end; "off" always takes the whole probe.
 
 Without stream boundaries (a device never sees "the start of a stream"), `period`
 makes the gate keep deciding: every `period` images from the start of the last probe
@@ -72,6 +74,19 @@ SIGNALS = (DIVERSITY_GAIN, CONFIDENCE_GAIN, CONFIDENCE_DROP)
 # score <= 0.015 nats, every stream FORGE lifts by 3+ points >= 0.050).
 DEFAULT_WARMUP_IMAGES = {DIVERSITY_GAIN: 256, CONFIDENCE_GAIN: 1280, CONFIDENCE_DROP: 640}
 DEFAULT_DELTA = {DIVERSITY_GAIN: 0.03, CONFIDENCE_GAIN: 0.0, CONFIDENCE_DROP: 0.05}
+# Early "on" (diversity only): from this many probed images on, a probe whose running
+# score already exceeds the early margin decides "on" at once instead of predicting
+# with the source to its end (a one-sided sequential test: "off" still waits for the
+# whole probe). The probe predicts with the source, so at batch 1 each of its images
+# costs recovery on every stream adapting helps. Chosen from the first probes'
+# running scores on the bundled ResNet-20 (15 corruptions x 3 orderings x shuffled,
+# Dirichlet 0.1 / 0.01 and sorted, batch 1): from 96 images on, a margin anywhere in
+# 0.08-0.15 changed no decision of the whole probe, only made it sooner
+# (benchmarks/results/gate_early_probe.md). Early scores run high on label-correlated
+# streams (a fresh run of one class), hence the margin above DEFAULT_DELTA and the
+# 96-image floor (64 with 0.1 turned two "off" probes on).
+DEFAULT_EARLY_IMAGES = {DIVERSITY_GAIN: 96}
+DEFAULT_EARLY_DELTA = {DIVERSITY_GAIN: 0.1}
 # Above it a probe counts as label-correlated. On the bundled ResNet-20's 256-image
 # probes i.i.d. streams scored below 0.08 and label-correlated ones mostly above 0.19;
 # a corruption that collapses the source hides the labels from its predictions (and
@@ -110,6 +125,11 @@ class GateConfig:
   # source's outputs to the guard's detector until the next probe (see
   # DEFAULT_INERT_SCORE); 0: never.
   inert_score: float = DEFAULT_INERT_SCORE
+  # Early "on" (see DEFAULT_EARLY_IMAGES): probed images before a probe may decide
+  # "on" early, None: the signal's default, 0: never; and the margin it must exceed
+  # (None: the signal's default, at least `margin`).
+  early_images: int | None = None
+  early_delta: float | None = None
 
   @property
   def off_mode(self) -> str:
@@ -126,6 +146,14 @@ class GateConfig:
       raise ValueError("gate period must be >= 1 image")
     if self.max_autocorrelation is not None and not math.isfinite(self.max_autocorrelation):
       raise ValueError("gate max_autocorrelation must be a finite number")
+    if self.early_images is not None and self.early_images < 0:
+      raise ValueError("gate early_images must be >= 0 (0: never decide early)")
+    if self.early_delta is not None:
+      if not math.isfinite(self.early_delta):
+        raise ValueError("gate early_delta must be a finite number")
+      if self.early_delta < self.margin:
+        raise ValueError(f"gate early_delta ({self.early_delta}) must be >= the"
+                         f" probe's margin delta ({self.margin})")
     if not self.inert_score >= 0.0:
       raise ValueError(f"gate inert_score must be >= 0, got {self.inert_score}")
     if self.reference is not None and not 0.0 < self.reference <= 1.0:
@@ -140,6 +168,19 @@ class GateConfig:
   @property
   def margin(self) -> float:
     return DEFAULT_DELTA[self.signal] if self.delta is None else self.delta
+
+  @property
+  def early_after(self) -> int:
+    """Probed images from which a probe may decide "on" early; 0: never."""
+    if self.early_images is not None:
+      return self.early_images
+    return DEFAULT_EARLY_IMAGES.get(self.signal, 0)
+
+  @property
+  def early_margin(self) -> float:
+    if self.early_delta is not None:
+      return self.early_delta
+    return max(DEFAULT_EARLY_DELTA.get(self.signal, self.margin), self.margin)
 
   @property
   def needs_reference(self) -> bool:
@@ -179,7 +220,9 @@ def device_defines(config: GateConfig) -> dict[str, str]:
               config.max_autocorrelation if config.max_autocorrelation is not None
               else 1e300)),
           "FORGE_APP_GATE_KEEP_STATE": "true" if config.keep_state else "false",
-          "FORGE_APP_GATE_INERT_SCORE": repr(float(config.inert_score))}
+          "FORGE_APP_GATE_INERT_SCORE": repr(float(config.inert_score)),
+          "FORGE_APP_GATE_EARLY_IMAGES": str(config.early_after),
+          "FORGE_APP_GATE_EARLY_DELTA": repr(float(config.early_margin))}
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -293,13 +336,14 @@ class SerialStats:
 
 
 def gate_fires(stats: ProbeStats, config: GateConfig,
-               serial: SerialStats | None = None) -> bool:
-  """The decision after the probe: keep adapting iff its score exceeds the margin and
+               serial: SerialStats | None = None, margin: float | None = None) -> bool:
+  """The decision after the probe: keep adapting iff its score exceeds the margin
+  (`config.margin` unless given: the early decision's is config.early_margin) and
   (with a veto configured and `serial` given) the probe is not label-correlated."""
   if (serial is not None and config.max_autocorrelation is not None
       and serial.autocorrelation() > config.max_autocorrelation):
     return False
-  return stats.score(config) > config.margin
+  return stats.score(config) > (config.margin if margin is None else margin)
 
 
 def clean_reference(model, x_int8: np.ndarray, batch_size: int = 256) -> float:
@@ -349,15 +393,11 @@ class GatedForge(Int8Method):
       self.batches_probed += 1
       out = adapted if adapting else frozen
       if self.batches_probed == self.warmup_batches:
-        self.last_score = self.probe.score(self.config)
-        self.last_autocorrelation = self.serial.autocorrelation()
-        self.fired = gate_fires(self.probe, self.config, self.serial)
-        self.observing = (not self.fired and self.config.keep_state
-                          and abs(self.last_score) < self.config.inert_score)
-        self.decisions.append(self.fired)
-        self.probing = False
-        if not self.fired and not self.config.keep_state:
-          self.model.reset()
+        self._decide(gate_fires(self.probe, self.config, self.serial))
+      elif (0 < self.config.early_after <= self.probe.images
+            and gate_fires(self.probe, self.config, self.serial,
+                           self.config.early_margin)):
+        self._decide(True)
     elif self.observing:
       # Off after an inert probe: the source's labels keep the guard's detector
       # reading the stream (SPEC "Observe"), so a flag the source's own collapse set
@@ -377,6 +417,18 @@ class GatedForge(Int8Method):
       self.serial = SerialStats()
       self.images_since_probe = 0
     return out
+
+  def _decide(self, fired: bool) -> None:
+    """Ends the probe with its decision (the whole probe's, or an early "on")."""
+    self.last_score = self.probe.score(self.config)
+    self.last_autocorrelation = self.serial.autocorrelation()
+    self.fired = fired
+    self.observing = (not fired and self.config.keep_state
+                      and abs(self.last_score) < self.config.inert_score)
+    self.decisions.append(fired)
+    self.probing = False
+    if not fired and not self.config.keep_state:
+      self.model.reset()
 
   @property
   def adapted_fraction(self) -> float:

@@ -96,4 +96,6 @@ def test_device_gate_defaults_are_the_evaluators():
   assert float(c["max_autocorrelation"]) == float(want["FORGE_APP_GATE_MAX_AUTOCORRELATION"])
   assert c["keep_state"] == want["FORGE_APP_GATE_KEEP_STATE"] == "false"
   assert float(c["inert_score"]) == float(want["FORGE_APP_GATE_INERT_SCORE"])
+  assert int(c["early_images"]) == int(want["FORGE_APP_GATE_EARLY_IMAGES"])
+  assert float(c["early_delta"]) == float(want["FORGE_APP_GATE_EARLY_DELTA"])
   assert int(c["period"]) == 0 and GateConfig().period is None  # Decide once.

@@ -388,13 +388,17 @@ def test_export_firmware_refuses_a_model_its_manifest_does_not_describe(tmp_path
   assert cli(["forge_tflm", "export-firmware", f"--data_dir={DATA_DIR}"]) == 1
 
 
-def test_gated_app_matches_evaluator_forge_gated(artifacts, binaries, stream, tmp_path):
+@pytest.mark.parametrize("early", [None, (4, 0.04)])
+def test_gated_app_matches_evaluator_forge_gated(artifacts, binaries, stream, tmp_path,
+                                                 early):
   """config.gate (esp32s3_app/core/forge_gate.h) is the evaluator's `forge-gated` at
   batch 1: the same path (source / adapt / frozen) and the same logits at every
   image, the same decisions at the same images, through several probes (short
   probe and period so that 200 images hold many): the shuffled stream without the
   label-correlation veto, then the same images sorted by class with the default
-  veto, which must then keep the gate off."""
+  veto, which must then keep the gate off. With the default early rule (96 images:
+  never within these probes), then with an early "on" after 4 images, which must
+  end some probes early and leave others to their end."""
   from forge_tflm import deploy
   from forge_tflm.evaluation.gate import GateConfig
 
@@ -402,13 +406,19 @@ def test_gated_app_matches_evaluator_forge_gated(artifacts, binaries, stream, tm
   path = artifacts[name]
   shuffled = deploy.model_input(path, stream.images)
   by_class = shuffled[np.argsort(stream.labels, kind="stable")]
+  early_config, early_flags = {}, []
+  if early is not None:
+    early_config = {"early_images": early[0], "early_delta": early[1]}
+    early_flags = [f"--gate_early_images={early[0]}", f"--gate_early_delta={early[1]!r}"]
+  ends = []  # Images into its probe at which each decision came.
   for x, veto in ((shuffled, 1e9), (by_class, GateConfig.max_autocorrelation)):
     images = deploy.write_image_stream(str(tmp_path / "images.bin"), x)
-    gate = GateConfig(warmup_batches=16, period=40, max_autocorrelation=veto)
+    gate = GateConfig(warmup_batches=16, period=40, max_autocorrelation=veto,
+                      **early_config)
     exp = deploy.expected_gated(path, x, gate)
     r = subprocess.run([binaries[target], path, images, f"--images={N_IMAGES}",
                         "--trace=none", "--gate", "--gate_probe=16", "--gate_period=40",
-                        f"--gate_max_autocorrelation={veto}"],
+                        f"--gate_max_autocorrelation={veto}"] + early_flags,
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     run = deploy.parse_app_output(r.stdout)
@@ -422,12 +432,18 @@ def test_gated_app_matches_evaluator_forge_gated(artifacts, binaries, stream, tm
       assert abs(got["autocorrelation"] - want["autocorrelation"]) <= 1e-6
     np.testing.assert_array_equal(run.logits, exp.logits)
     np.testing.assert_array_equal(run.predictions, exp.predictions)
-    if veto < 1:
+    if veto < 1 and early is None:  # (A 4-image early probe sees too little to veto.)
       assert any(d["autocorrelation"] > veto for d in exp.decisions)
       assert not any(d["on"] for d in exp.decisions if d["autocorrelation"] > veto)
-    print(f"\n{target}/{name} gated (veto {veto:g}): paths {exp.paths.count('adapt')} adapt, "
-          f"{exp.paths.count('source')} source, {exp.paths.count('frozen')} frozen; "
-          f"decisions {[d['on'] for d in exp.decisions]}")
+    ends += [d["image"] % 40 for d in exp.decisions]
+    print(f"\n{target}/{name} gated (veto {veto:g}, early {early}): paths"
+          f" {exp.paths.count('adapt')} adapt, {exp.paths.count('source')} source,"
+          f" {exp.paths.count('frozen')} frozen; decisions {[d['on'] for d in exp.decisions]}"
+          f" at {[d['image'] % 40 for d in exp.decisions]} into their probes")
+  if early is None:
+    assert set(ends) == {15}
+  else:
+    assert 15 in ends and any(3 <= e < 15 for e in ends), ends
 
 
 @pytest.mark.parametrize("inert_score", [0.0, 1e300])

@@ -403,3 +403,58 @@ def test_a_class_balanced_gate_off_after_an_inert_probe_feeds_the_source_to_the_
     GateConfig(inert_score=-1.0)
   with pytest.raises(ValueError, match="inert_score"):
     GateConfig(inert_score=float("nan"))
+
+
+def test_a_probe_far_above_the_margin_decides_on_early():
+  # The source piles onto class 0, adapting spreads: score log 2 - H(0.9) = 0.37 nats.
+  model = ScriptedModel(adapt_confidence=spread(0.6), frozen_confidence=0.9)
+  gated = GatedForge(model, GateConfig(warmup_batches=20, early_images=8,
+                                       early_delta=0.3), batch_size=4)
+  outs = _stream(gated, 4)
+  assert gated.decisions == [True] and not gated.probing
+  # Probed batches 0 and 1 (8 images), then the adapting path alone predicts.
+  assert model.calls == ["source", "adapt"] * 2 + ["adapt"] * 2
+  np.testing.assert_allclose(top1_confidence(outs[0]), 0.9, rtol=1e-5)
+  np.testing.assert_allclose(top1_confidence(outs[2]), 0.6, rtol=1e-5)
+  assert gated.last_score == pytest.approx(np.log(2) - entropy(np.array([0.9, 0.1])))
+
+
+def test_a_probe_below_the_early_margin_waits_for_its_end():
+  for early_delta, early_images in ((0.5, 8), (0.3, 0)):  # Score 0.37; 0: never early.
+    model = ScriptedModel(adapt_confidence=spread(0.6), frozen_confidence=0.9)
+    gated = GatedForge(model, GateConfig(warmup_batches=5, early_images=early_images,
+                                         early_delta=early_delta), batch_size=4)
+    _stream(gated, 4)
+    assert gated.probing and gated.decisions == []
+    _stream(gated, 1)
+    assert gated.decisions == [True]
+
+
+def test_off_is_never_decided_early_and_the_veto_holds_early():
+  model = ScriptedModel(adapt_confidence=spread(0.9), frozen_confidence=spread(0.6))
+  gated = GatedForge(model, GateConfig(warmup_batches=5, early_images=4), batch_size=4)
+  _stream(gated, 4)
+  assert gated.probing and gated.decisions == []
+  def in_runs(x):  # Label-correlated and collapsed: the veto says no, however early.
+    return _onehot_logits((np.arange(len(x)) // 4) % 2, k=3)
+  def diverse(x):
+    return _onehot_logits(np.arange(len(x)) % 3, k=3)
+  for veto, probing in ((0.3, True), (None, False)):
+    gated = GatedForge(ScriptedModel(adapt_confidence=diverse, frozen_confidence=in_runs),
+                       GateConfig(warmup_batches=3, early_images=8,
+                                  max_autocorrelation=veto), batch_size=24)
+    gated.predict(np.zeros((24, 1), np.int8))
+    assert gated.probing is probing and gated.autocorrelation > 0.5
+
+
+def test_early_decision_defaults_and_errors():
+  assert GateConfig().early_after == 96 and GateConfig().early_margin == 0.1
+  assert GAIN.early_after == 0 and GateConfig(signal=CONFIDENCE_DROP).early_after == 0
+  assert GateConfig(delta=0.2).early_margin == 0.2  # Never below the probe's margin.
+  assert GateConfig(early_images=0).early_after == 0
+  with pytest.raises(ValueError, match="early_images must be >= 0"):
+    GateConfig(early_images=-1)
+  with pytest.raises(ValueError, match="early_delta must be a finite"):
+    GateConfig(early_delta=float("nan"))
+  with pytest.raises(ValueError, match=r"early_delta \(0.01\) must be >= the probe's"):
+    GateConfig(early_delta=0.01)
