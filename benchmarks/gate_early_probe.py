@@ -44,6 +44,7 @@ class Probe:
   ordering: int
   fired: bool          # The whole probe's decision.
   scores: np.ndarray   # Running score after each probed image.
+  vetoed: np.ndarray   # Per image: the running autocorrelation vetoes (label-blind models).
   gain: np.ndarray     # Per image: adapting right minus source right.
   images: int          # Images in the whole stream.
 
@@ -58,16 +59,19 @@ class _RecordingGate(GatedForge):
 
 
 def first_probe(model: SegmentedModel, config: GateConfig, x_int8, labels, order):
-  """The first probe of a stream at batch 1, image by image: (fired, scores, gain)."""
+  """The first probe of a stream at batch 1, image by image:
+  (fired, scores, vetoed, gain)."""
   gated = _RecordingGate(model, dataclasses.replace(config, early_images=0), batch_size=1)
   gated.last = {}
-  scores, gain = [], []
+  veto = gated.config.max_autocorrelation  # None for class-balanced models (for_model).
+  scores, vetoed, gain = [], [], []
   for i in order[:gated.warmup_batches]:
     gated.predict(x_int8[i:i + 1])
     scores.append(gated.probe.score(gated.config))
+    vetoed.append(veto is not None and gated.serial.autocorrelation() > veto)
     right = [int(gated.last[m][0].argmax() == labels[i]) for m in (SOURCE, ADAPT)]
     gain.append(right[1] - right[0])
-  return bool(gated.fired), np.array(scores), np.array(gain)
+  return bool(gated.fired), np.array(scores), np.array(vetoed), np.array(gain)
 
 
 def price(probes: list[Probe], images: int, delta: float, step: int = 1):
@@ -76,7 +80,8 @@ def price(probes: list[Probe], images: int, delta: float, step: int = 1):
   added: dict[str, list[float]] = {}
   for p in probes:
     at = next((n for n in range(images, len(p.scores) + 1, step)
-               if n < len(p.scores) and p.scores[n - 1] > delta), None)
+               if n < len(p.scores) and p.scores[n - 1] > delta
+               and not p.vetoed[n - 1]), None)
     if at is not None:
       flips += not p.fired
     if p.order == "shuffled":
@@ -113,14 +118,18 @@ def main(argv=None):
       x = model.quantize_input(artifact.input_contract.to_float(stream.images))
       for k in range(args.orderings):
         order = stream.order(k, args.seed)
-        fired, scores, gain = first_probe(model, config, x, stream.labels, order)
-        probes.append(Probe(stream.name, order_spec.spec, k, fired, scores, gain,
+        fired, scores, vetoed, gain = first_probe(model, config, x, stream.labels, order)
+        probes.append(Probe(stream.name, order_spec.spec, k, fired, scores, vetoed, gain,
                             len(order)))
       print(f"{order_spec.spec} {stream.name}: {time.time() - t0:.0f} s", file=sys.stderr)
   lines = [f"# {datetime.date.today()}: python benchmarks/gate_early_probe.py"
            f" {' '.join(sys.argv[1:] if argv is None else argv)}",
            f"# The gate's first probe ({config.batches(1)} images, batch 1, margin"
-           f" {config.margin}) on every corruption (severity {args.severity}, whole"
+           f" {config.margin}; "
+           + ("class-balanced model: no label-correlation veto" if model.class_balanced
+              else f"label-blind model: the veto at {config.max_autocorrelation} holds early"
+                   " too")
+           + f") on every corruption (severity {args.severity}, whole"
            f" split) x {args.orderings} orderings x label order; an early rule M/D decides"
            " \"on\" at the first probed image n >= M whose running score exceeds D."
            " flips: probes it turns on that the whole probe turned off (of"

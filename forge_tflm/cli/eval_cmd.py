@@ -109,7 +109,7 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
                        " on, a probe whose running score already exceeds"
                        " --gate_early_delta decides \"on\" without waiting for its end"
                        " (\"off\" always takes the whole probe); default: 96 images for"
-                       " diversity_gain, never for the other signals; 0: never.",
+                       " diversity_gain at --batch_size=1, otherwise never; 0: never.",
                        flag_values=fv)
   flags.DEFINE_float("gate_early_delta", None, "Gate: the early \"on\" decision's"
                      " margin (default: 0.1 nats for diversity_gain, at least"

@@ -448,10 +448,12 @@ def test_off_is_never_decided_early_and_the_veto_holds_early():
 
 
 def test_early_decision_defaults_and_errors():
-  assert GateConfig().early_after == 96 and GateConfig().early_margin == 0.1
-  assert GAIN.early_after == 0 and GateConfig(signal=CONFIDENCE_DROP).early_after == 0
+  assert GateConfig().early_after(1) == 96 and GateConfig().early_margin == 0.1
+  assert GateConfig().early_after(64) == 0  # The default is batch 1's (the device's).
+  assert GateConfig(early_images=128).early_after(64) == 128
+  assert GAIN.early_after(1) == 0 and GateConfig(signal=CONFIDENCE_DROP).early_after(1) == 0
   assert GateConfig(delta=0.2).early_margin == 0.2  # Never below the probe's margin.
-  assert GateConfig(early_images=0).early_after == 0
+  assert GateConfig(early_images=0).early_after(1) == 0
   with pytest.raises(ValueError, match="early_images must be >= 0"):
     GateConfig(early_images=-1)
   with pytest.raises(ValueError, match="early_delta must be a finite"):
