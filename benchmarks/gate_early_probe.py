@@ -63,12 +63,12 @@ def first_probe(model: SegmentedModel, config: GateConfig, x_int8, labels, order
   (fired, scores, vetoed, gain)."""
   gated = _RecordingGate(model, dataclasses.replace(config, early_images=0), batch_size=1)
   gated.last = {}
-  veto = gated.config.max_autocorrelation  # None for class-balanced models (for_model).
+  veto = gated.config.early_max_autocorrelation
   scores, vetoed, gain = [], [], []
   for i in order[:gated.warmup_batches]:
     gated.predict(x_int8[i:i + 1])
     scores.append(gated.probe.score(gated.config))
-    vetoed.append(veto is not None and gated.serial.autocorrelation() > veto)
+    vetoed.append(not gated.serial.autocorrelation() <= veto)  # As gate.fires_early.
     right = [int(gated.last[m][0].argmax() == labels[i]) for m in (SOURCE, ADAPT)]
     gain.append(right[1] - right[0])
   return bool(gated.fired), np.array(scores), np.array(vetoed), np.array(gain)
@@ -100,7 +100,7 @@ def main(argv=None):
   ap.add_argument("--orderings", type=int, default=3)
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--corruptions", default=",".join(CORRUPTIONS))
-  ap.add_argument("--early_images", default="64,96,128")
+  ap.add_argument("--early_images", default="64,96,128,160")
   ap.add_argument("--early_deltas", default="0.08,0.1,0.12,0.15")
   ap.add_argument("--output", required=True)
   args = ap.parse_args(argv)
@@ -126,9 +126,9 @@ def main(argv=None):
            f" {' '.join(sys.argv[1:] if argv is None else argv)}",
            f"# The gate's first probe ({config.batches(1)} images, batch 1, margin"
            f" {config.margin}; "
-           + ("class-balanced model: no label-correlation veto" if model.class_balanced
-              else f"label-blind model: the veto at {config.max_autocorrelation} holds early"
-                   " too")
+           + ("class-balanced model: no veto on the whole probe, "
+              if model.class_balanced else "label-blind model: ")
+           + f"the early decision's veto at {config.early_max_autocorrelation}"
            + f") on every corruption (severity {args.severity}, whole"
            f" split) x {args.orderings} orderings x label order; an early rule M/D decides"
            " \"on\" at the first probed image n >= M whose running score exceeds D."

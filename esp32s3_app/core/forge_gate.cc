@@ -124,7 +124,7 @@ ForgeGate::Event ForgeGate::Observe(const int8_t* source_logits,
     const bool correlated = rho > config_.max_autocorrelation;
     if (last) {
       Decide(!correlated && s > config_.delta, s, rho);
-    } else if (!correlated && s > config_.early_delta) {
+    } else if (rho <= config_.early_max_autocorrelation && s > config_.early_delta) {
       Decide(true, s, rho);
     }
     if (!probing_) event = fired_ ? kDecidedOn : kDecidedOff;

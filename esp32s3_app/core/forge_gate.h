@@ -24,8 +24,8 @@
 // "does adapting undo the source's collapse?") and the source's predictions
 // over the probe are not label-correlated (lag-1 autocorrelation of its
 // softmax vectors <= max_autocorrelation); from early_images probed images on,
-// a running score above early_delta decides "on" without waiting for the end
-// of the probe. With period > 0 a new probe starts
+// a running score above early_delta (autocorrelation <= early_max_autocorrelation)
+// decides "on" without waiting for the end of the probe. With period > 0 a new probe starts
 // `period` images after the previous one started. Every "off" decision resets
 // FORGE to its clean targets. Memory: 3 * kForgeGateMaxClasses + 5 doubles.
 #ifndef ESP32S3_APP_CORE_FORGE_GATE_H_
@@ -51,10 +51,12 @@ struct ForgeGateConfig {
   // DEFAULT_INERT_SCORE, SPEC "Observe"); 0: never.
   double inert_score = 0.001;
   // Early "on": from this many probed images on, a probe whose running score
-  // exceeds early_delta (and passes the veto) decides "on" at once; "off" always
-  // takes the whole probe (gate.py DEFAULT_EARLY_IMAGES). 0: never.
-  uint32_t early_images = 96;
+  // exceeds early_delta and whose autocorrelation is <= early_max_autocorrelation
+  // decides "on" at once; "off" always takes the whole probe (gate.py
+  // DEFAULT_EARLY_IMAGES; export-firmware sets 0 for label-blind models). 0: never.
+  uint32_t early_images = 128;
   double early_delta = 0.1;
+  double early_max_autocorrelation = 0.1;
 };
 
 constexpr int kForgeGateMaxClasses = 64;

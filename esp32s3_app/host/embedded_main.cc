@@ -47,6 +47,8 @@ int main(int argc, char** argv) {
       config.gate_config.inert_score = FORGE_APP_GATE_INERT_SCORE;
       config.gate_config.early_images = FORGE_APP_GATE_EARLY_IMAGES;
       config.gate_config.early_delta = FORGE_APP_GATE_EARLY_DELTA;
+      config.gate_config.early_max_autocorrelation =
+          FORGE_APP_GATE_EARLY_MAX_AUTOCORRELATION;
     }
   }
   ForgeAppPlatform platform = {ClockNs, 1000000000ull, WriteLine, nullptr, nullptr};

@@ -7,7 +7,7 @@
 //                  [--gate] [--gate_probe=N] [--gate_period=N] [--gate_delta=F]
 //                  [--gate_max_autocorrelation=F] [--gate_keep_state]
 //                  [--gate_inert_score=F] [--gate_early_images=N]
-//                  [--gate_early_delta=F]
+//                  [--gate_early_delta=F] [--gate_early_max_autocorrelation=F]
 //
 // IMAGES.bin: N * input_bytes int8 values, image after image (the model's
 // quantized input, e.g. from forge_tflm.deploy.write_image_stream). Without
@@ -63,7 +63,8 @@ int main(int argc, char** argv) {
                     " [--gate_probe=N] [--gate_period=N] [--gate_delta=F]"
                     " [--gate_max_autocorrelation=F] [--gate_keep_state]"
                     " [--gate_inert_score=F] [--gate_early_images=N]"
-                    " [--gate_early_delta=F]\n", argv[0]);
+                    " [--gate_early_delta=F] [--gate_early_max_autocorrelation=F]\n",
+            argv[0]);
     return 2;
   }
   long num_images = -1;
@@ -99,6 +100,8 @@ int main(int argc, char** argv) {
       config.gate_config.early_images = static_cast<uint32_t>(atol(a + 20));
     } else if (strncmp(a, "--gate_early_delta=", 19) == 0) {
       config.gate_config.early_delta = atof(a + 19);
+    } else if (strncmp(a, "--gate_early_max_autocorrelation=", 33) == 0) {
+      config.gate_config.early_max_autocorrelation = atof(a + 33);
     } else if (strncmp(a, "--arena=", 8) == 0) {
       arena_bytes = static_cast<size_t>(atol(a + 8));
     } else if (strncmp(a, "--dump=", 7) == 0) {  // --dump=OP:IMAGE

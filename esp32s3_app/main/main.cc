@@ -30,6 +30,8 @@ extern "C" void app_main(void) {
   config.gate_config.inert_score = FORGE_APP_GATE_INERT_SCORE;
   config.gate_config.early_images = FORGE_APP_GATE_EARLY_IMAGES;
   config.gate_config.early_delta = FORGE_APP_GATE_EARLY_DELTA;
+  config.gate_config.early_max_autocorrelation =
+      FORGE_APP_GATE_EARLY_MAX_AUTOCORRELATION;
 #endif
 #if defined(CONFIG_FORGE_APP_TRACE_NONE)
   config.trace = FORGE_APP_TRACE_NONE;

@@ -108,8 +108,10 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
   flags.DEFINE_integer("gate_early_images", None, "Gate: from this many probed images"
                        " on, a probe whose running score already exceeds"
                        " --gate_early_delta decides \"on\" without waiting for its end"
-                       " (\"off\" always takes the whole probe); default: 96 images for"
-                       " diversity_gain at --batch_size=1, otherwise never; 0: never.",
+                       " and does not look label-correlated, decides \"on\" without waiting"
+                       " for its end (\"off\" always takes the whole probe); default:"
+                       " 128 images for diversity_gain on class-balanced models at"
+                       " --batch_size=1, otherwise never; 0: never.",
                        flag_values=fv)
   flags.DEFINE_float("gate_early_delta", None, "Gate: the early \"on\" decision's"
                      " margin (default: 0.1 nats for diversity_gain, at least"

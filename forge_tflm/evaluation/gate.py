@@ -75,22 +75,25 @@ SIGNALS = (DIVERSITY_GAIN, CONFIDENCE_GAIN, CONFIDENCE_DROP)
 DEFAULT_WARMUP_IMAGES = {DIVERSITY_GAIN: 256, CONFIDENCE_GAIN: 1280, CONFIDENCE_DROP: 640}
 DEFAULT_DELTA = {DIVERSITY_GAIN: 0.03, CONFIDENCE_GAIN: 0.0, CONFIDENCE_DROP: 0.05}
 # Early "on" (diversity only): from this many probed images on, a probe whose running
-# score already exceeds the early margin decides "on" at once instead of predicting
+# score already exceeds the early margin, and that does not look label-correlated
+# (GateConfig.early_max_autocorrelation), decides "on" at once instead of predicting
 # with the source to its end (a one-sided sequential test: "off" still waits for the
 # whole probe). The probe predicts with the source, so at batch 1 each of its images
-# costs recovery on every stream adapting helps. Chosen from the first probes'
-# running scores on the bundled ResNet-20 (15 corruptions x 3 orderings x shuffled,
-# Dirichlet 0.1 / 0.01 and sorted, batch 1): from 96 images on, a margin anywhere in
-# 0.08-0.15 changed no decision of the whole probe, only made it sooner
-# (benchmarks/results/gate_early_probe.md). Early scores run high on label-correlated
-# streams (a fresh run of one class), hence the margin above DEFAULT_DELTA and the
-# 96-image floor (64 with 0.1 turned two "off" probes on). By default only at batch 1
-# (the device): at batch 64 a batch of one class is normalized by its own statistics
-# before the guard sees a label, the first probe of a stream sorted by class turns on
-# anyway, and deciding at 128 images instead of 256 only let that wrong decision act
-# sooner (glass_blur sorted: -0.9 -> -1.1 points against the source, while shuffled
-# streams gained 0.1). An explicit early_images applies at any batch size.
-DEFAULT_EARLY_IMAGES = {DIVERSITY_GAIN: 96}
+# costs recovery on every stream adapting helps. 128 images is the guard's agreement
+# window (class_guard / 32 at the default 4096): before it, on a stream sorted by
+# class, the guard may not have caught the first run, the label-blind statistics
+# normalize it away, and an early "on" acts on that (MobileNetV2-0.5, fog sorted, batch
+# 1: -0.5 points from 96 images, -0.3 from 128, +0.1 from 192). On the bundled ResNet-20's
+# first probes (15 corruptions x 3 orderings x shuffled, Dirichlet 0.1 / 0.01 and sorted,
+# batch 1), from 96 images on margins of 0.08-0.15 changed no decision, only its timing
+# (benchmarks/results/gate_early_probe.md). Defaults apply at batch 1 (the device) and to
+# class-balanced models (for_model): at batch 64 a batch of one class is normalized by its
+# own statistics before the guard sees a label, the first probe of a stream sorted by
+# class turns on anyway, and deciding at 128 images instead of 256 only let that wrong
+# decision act sooner (glass_blur sorted: -0.9 -> -1.1 points); on a label-blind model
+# the early decision sees too few class changes for its veto and turned 10 of 180 "off"
+# probes on (gate_early_probe_labelblind.md). An explicit early_images applies anywhere.
+DEFAULT_EARLY_IMAGES = {DIVERSITY_GAIN: 128}
 DEFAULT_EARLY_DELTA = {DIVERSITY_GAIN: 0.1}
 # Above it a probe counts as label-correlated. On the bundled ResNet-20's 256-image
 # probes i.i.d. streams scored below 0.08 and label-correlated ones mostly above 0.19;
@@ -131,9 +134,9 @@ class GateConfig:
   # DEFAULT_INERT_SCORE); 0: never.
   inert_score: float = DEFAULT_INERT_SCORE
   # Early "on" (see DEFAULT_EARLY_IMAGES): probed images before a probe may decide
-  # "on" early, None: the signal's default at batch 1 and never at larger batches, 0:
-  # never; and the margin it must exceed (None: the signal's default, at least
-  # `margin`).
+  # "on" early, None: the signal's default at batch 1 and never at larger batches (nor
+  # on label-blind models, for_model), 0: never; and the margin it must exceed (None:
+  # the signal's default, at least `margin`).
   early_images: int | None = None
   early_delta: float | None = None
 
@@ -188,6 +191,15 @@ class GateConfig:
     return max(DEFAULT_EARLY_DELTA.get(self.signal, self.margin), self.margin)
 
   @property
+  def early_max_autocorrelation(self) -> float:
+    """The early decision's label-correlation veto: the gate's own, or the default
+    where the gate has none (class-balanced models, for_model): the early "on" is only
+    a shortcut, and a probe that looks label-correlated waits for its end."""
+    if self.max_autocorrelation is not None:
+      return self.max_autocorrelation
+    return DEFAULT_MAX_AUTOCORRELATION
+
+  @property
   def needs_reference(self) -> bool:
     return self.signal == CONFIDENCE_DROP and self.reference is None
 
@@ -211,6 +223,8 @@ def for_model(config: GateConfig, class_balanced: bool) -> GateConfig:
   adapted labels would keep that flag for good (field_protocols_guard_bs1.md)."""
   if class_balanced:
     return dataclasses.replace(config, max_autocorrelation=None, keep_state=True)
+  if config.early_images is None:
+    return dataclasses.replace(config, early_images=0)
   return config
 
 
@@ -227,7 +241,9 @@ def device_defines(config: GateConfig) -> dict[str, str]:
           "FORGE_APP_GATE_KEEP_STATE": "true" if config.keep_state else "false",
           "FORGE_APP_GATE_INERT_SCORE": repr(float(config.inert_score)),
           "FORGE_APP_GATE_EARLY_IMAGES": str(config.early_after(1)),
-          "FORGE_APP_GATE_EARLY_DELTA": repr(float(config.early_margin))}
+          "FORGE_APP_GATE_EARLY_DELTA": repr(float(config.early_margin)),
+          "FORGE_APP_GATE_EARLY_MAX_AUTOCORRELATION": repr(float(
+              config.early_max_autocorrelation))}
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -341,14 +357,19 @@ class SerialStats:
 
 
 def gate_fires(stats: ProbeStats, config: GateConfig,
-               serial: SerialStats | None = None, margin: float | None = None) -> bool:
-  """The decision after the probe: keep adapting iff its score exceeds the margin
-  (`config.margin` unless given: the early decision's is config.early_margin) and
+               serial: SerialStats | None = None) -> bool:
+  """The decision after the probe: keep adapting iff its score exceeds the margin and
   (with a veto configured and `serial` given) the probe is not label-correlated."""
   if (serial is not None and config.max_autocorrelation is not None
       and serial.autocorrelation() > config.max_autocorrelation):
     return False
-  return stats.score(config) > (config.margin if margin is None else margin)
+  return stats.score(config) > config.margin
+
+
+def fires_early(stats: ProbeStats, config: GateConfig, serial: SerialStats) -> bool:
+  """The early "on" decision inside a probe (see DEFAULT_EARLY_IMAGES)."""
+  return (serial.autocorrelation() <= config.early_max_autocorrelation
+          and stats.score(config) > config.early_margin)
 
 
 def clean_reference(model, x_int8: np.ndarray, batch_size: int = 256) -> float:
@@ -372,7 +393,7 @@ class GatedForge(Int8Method):
     super().__init__(model)
     self.config = for_model(config, model.class_balanced)
     self.warmup_batches = config.batches(batch_size)
-    self.early_after = config.early_after(batch_size)
+    self.early_after = self.config.early_after(batch_size)
     self.reset()
 
   def reset(self):
@@ -401,8 +422,7 @@ class GatedForge(Int8Method):
       if self.batches_probed == self.warmup_batches:
         self._decide(gate_fires(self.probe, self.config, self.serial))
       elif (0 < self.early_after <= self.probe.images
-            and gate_fires(self.probe, self.config, self.serial,
-                           self.config.early_margin)):
+            and fires_early(self.probe, self.config, self.serial)):
         self._decide(True)
     elif self.observing:
       # Off after an inert probe: the source's labels keep the guard's detector

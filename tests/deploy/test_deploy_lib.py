@@ -98,4 +98,6 @@ def test_device_gate_defaults_are_the_evaluators():
   assert float(c["inert_score"]) == float(want["FORGE_APP_GATE_INERT_SCORE"])
   assert int(c["early_images"]) == int(want["FORGE_APP_GATE_EARLY_IMAGES"])
   assert float(c["early_delta"]) == float(want["FORGE_APP_GATE_EARLY_DELTA"])
+  assert (float(c["early_max_autocorrelation"])
+          == float(want["FORGE_APP_GATE_EARLY_MAX_AUTOCORRELATION"]))
   assert int(c["period"]) == 0 and GateConfig().period is None  # Decide once.

@@ -317,9 +317,12 @@ def test_export_firmware_embedded_build_verifies_bit_exact(tmp_path, artifacts, 
   assert cli(["forge_tflm", "verify-device", str(log), f"--expected={gen}"]) == 0
   # The gate's settings travel in the header; the firmware's --gate runs them.
   from forge_tflm.deploy.export import device_gate, export_firmware
-  from forge_tflm.evaluation.gate import DEVICE_PERIOD, GateConfig, device_defines
+  from forge_tflm.artifact import Artifact
+  from forge_tflm.evaluation.gate import DEVICE_PERIOD, GateConfig, device_defines, for_model
   assert device_gate().period == DEVICE_PERIOD
-  for name, value in device_defines(device_gate()).items():
+  manifest = Artifact.load(artifacts["forge_3"]).manifest
+  for name, value in device_defines(for_model(device_gate(),
+                                              manifest.class_balanced)).items():
     assert f"#define {name} {value}\n" in header
   # Exported for the gate (a short probe and period, so that 6 images hold decisions):
   # the embedded build's --gate verifies against it, and the adapting log does not.
@@ -410,6 +413,7 @@ def test_gated_app_matches_evaluator_forge_gated(artifacts, binaries, stream, tm
   if early is not None:
     early_config = {"early_images": early[0], "early_delta": early[1]}
     early_flags = [f"--gate_early_images={early[0]}", f"--gate_early_delta={early[1]!r}"]
+  veto_flags = ["--gate_max_autocorrelation", "--gate_early_max_autocorrelation"]
   ends = []  # Images into its probe at which each decision came.
   for x, veto in ((shuffled, 1e9), (by_class, GateConfig.max_autocorrelation)):
     images = deploy.write_image_stream(str(tmp_path / "images.bin"), x)
@@ -418,7 +422,7 @@ def test_gated_app_matches_evaluator_forge_gated(artifacts, binaries, stream, tm
     exp = deploy.expected_gated(path, x, gate)
     r = subprocess.run([binaries[target], path, images, f"--images={N_IMAGES}",
                         "--trace=none", "--gate", "--gate_probe=16", "--gate_period=40",
-                        f"--gate_max_autocorrelation={veto}"] + early_flags,
+                        ] + [f"{flag}={veto}" for flag in veto_flags] + early_flags,
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     run = deploy.parse_app_output(r.stdout)
@@ -446,27 +450,33 @@ def test_gated_app_matches_evaluator_forge_gated(artifacts, binaries, stream, tm
     assert 15 in ends and any(3 <= e < 15 for e in ends), ends
 
 
-@pytest.mark.parametrize("inert_score", [0.0, 1e300])
+@pytest.mark.parametrize("inert_score, early", [(0.0, None), (1e300, None), (0.0, (4, 0.04))])
 def test_gated_class_balanced_app_keeps_state_like_the_evaluator(artifacts, binaries, stream,
-                                                                tmp_path, inert_score):
+                                                                tmp_path, inert_score, early):
   """A class-balanced model's gate (gate.for_model: no veto, state kept through an off
   decision, source mode meanwhile; the source's outputs feed the guard's detector after
   an inert probe: never, or after every off decision) on the images sorted by class:
   the same paths, decisions, logits and predictions on the host app as in the
-  evaluator."""
+  evaluator. With an early "on" after 4 images too: no veto on the whole probe, the
+  default one (0.1) on the early decision, which a run of one class passes and a change
+  of class does not."""
   from forge_tflm import deploy
   from forge_tflm.evaluation.gate import GateConfig, for_model
 
   path = artifacts["forge_classes"]
   x = deploy.model_input(path, stream.images)[np.argsort(stream.labels, kind="stable")]
-  gate = GateConfig(warmup_batches=16, period=40, inert_score=inert_score)
+  early_config, early_flags = {}, []
+  if early is not None:
+    early_config = {"early_images": early[0], "early_delta": early[1]}
+    early_flags = [f"--gate_early_images={early[0]}", f"--gate_early_delta={early[1]!r}"]
+  gate = GateConfig(warmup_batches=16, period=40, inert_score=inert_score, **early_config)
   assert for_model(gate, True).keep_state
   exp = deploy.expected_gated(path, x, gate)
   images = deploy.write_image_stream(str(tmp_path / "images.bin"), x)
   r = subprocess.run([binaries["reference"], path, images, f"--images={N_IMAGES}",
                       "--trace=none", "--gate", "--gate_probe=16", "--gate_period=40",
                       "--gate_max_autocorrelation=1e300", "--gate_keep_state",
-                      f"--gate_inert_score={inert_score!r}"],
+                      f"--gate_inert_score={inert_score!r}"] + early_flags,
                      capture_output=True, text=True)
   assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
   run = deploy.parse_app_output(r.stdout)

@@ -1,6 +1,8 @@
 """Gate logic with a scripted model: probe both paths, then keep or revert."""
 
 
+import dataclasses
+
 import numpy as np
 
 import pytest
@@ -370,7 +372,7 @@ def test_a_class_balanced_model_is_not_vetoed_on_label_correlated_probes():
   gated.predict(np.zeros((24, 1), np.int8))
   assert gated.fired is True and gated.autocorrelation > 0.5
   assert gated.config.max_autocorrelation is None
-  assert for_model(config, False) is config
+  assert for_model(config, False) == dataclasses.replace(config, early_images=0)
   assert for_model(GateConfig(max_autocorrelation=None), True).max_autocorrelation is None
 
 
@@ -439,21 +441,30 @@ def test_off_is_never_decided_early_and_the_veto_holds_early():
     return _onehot_logits((np.arange(len(x)) // 4) % 2, k=3)
   def diverse(x):
     return _onehot_logits(np.arange(len(x)) % 3, k=3)
-  for veto, probing in ((0.3, True), (None, False)):
-    gated = GatedForge(ScriptedModel(adapt_confidence=diverse, frozen_confidence=in_runs),
-                       GateConfig(warmup_batches=3, early_images=8,
-                                  max_autocorrelation=veto), batch_size=24)
+  for veto, class_balanced, probing in ((0.3, False, True), (1e9, False, False),
+                                        (None, True, True)):
+    model = ScriptedModel(adapt_confidence=diverse, frozen_confidence=in_runs)
+    model.class_balanced = class_balanced
+    gated = GatedForge(model, GateConfig(warmup_batches=3, early_images=8,
+                                         max_autocorrelation=veto), batch_size=24)
     gated.predict(np.zeros((24, 1), np.int8))
+    # A class-balanced model's gate has no veto (for_model), but its early "on" keeps
+    # the default one: a label-correlated probe waits for its end.
     assert gated.probing is probing and gated.autocorrelation > 0.5
+    assert gated.config.early_max_autocorrelation == (0.1 if veto is None else veto)
 
 
 def test_early_decision_defaults_and_errors():
-  assert GateConfig().early_after(1) == 96 and GateConfig().early_margin == 0.1
+  assert GateConfig().early_after(1) == 128 and GateConfig().early_margin == 0.1
   assert GateConfig().early_after(64) == 0  # The default is batch 1's (the device's).
   assert GateConfig(early_images=128).early_after(64) == 128
   assert GAIN.early_after(1) == 0 and GateConfig(signal=CONFIDENCE_DROP).early_after(1) == 0
   assert GateConfig(delta=0.2).early_margin == 0.2  # Never below the probe's margin.
   assert GateConfig(early_images=0).early_after(1) == 0
+  # Label-blind models decide early only when asked to; class-balanced ones by default.
+  assert for_model(GateConfig(), False).early_after(1) == 0
+  assert for_model(GateConfig(early_images=64), False).early_after(1) == 64
+  assert for_model(GateConfig(), True).early_after(1) == 128
   with pytest.raises(ValueError, match="early_images must be >= 0"):
     GateConfig(early_images=-1)
   with pytest.raises(ValueError, match="early_delta must be a finite"):
