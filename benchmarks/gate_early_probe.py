@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import itertools
 import sys
 import time
 
@@ -31,7 +30,7 @@ from forge_tflm.corruptions import CORRUPTIONS
 from forge_tflm.data import load_dataset
 from forge_tflm.evaluation import field_streams
 from forge_tflm.evaluation import streams as st
-from forge_tflm.evaluation.gate import GateConfig, GatedForge, ProbeStats
+from forge_tflm.evaluation.gate import GateConfig, GatedForge
 from forge_tflm.runtime.segmented import ADAPT, SOURCE, SegmentedModel
 
 LABEL_ORDERS = (("shuffled", None), ("dirichlet", 0.1), ("dirichlet", 0.01), ("sorted", None))
@@ -74,14 +73,14 @@ def first_probe(model: SegmentedModel, config: GateConfig, x_int8, labels, order
   return bool(gated.fired), np.array(scores), np.array(vetoed), np.array(gain)
 
 
-def price(probes: list[Probe], images: int, delta: float, step: int = 1):
+def price(probes: list[Probe], images: int, delta: float):
   """(flips, shuffled probes decided early, mean points added on shuffled streams)."""
   flips = early = 0
   added: dict[str, list[float]] = {}
   for p in probes:
-    at = next((n for n in range(images, len(p.scores) + 1, step)
-               if n < len(p.scores) and p.scores[n - 1] > delta
-               and not p.vetoed[n - 1]), None)
+    # Images probed when it decides; the whole probe's last image decides anyway.
+    at = next((n for n in range(images, len(p.scores))
+               if p.scores[n - 1] > delta and not p.vetoed[n - 1]), None)
     if at is not None:
       flips += not p.fired
     if p.order == "shuffled":

@@ -121,9 +121,8 @@ ForgeGate::Event ForgeGate::Observe(const int8_t* source_logits,
     // GatedForge.predict: the whole probe's decision, or an early "on".
     const double rho = autocorrelation();
     const double s = score();
-    const bool correlated = rho > config_.max_autocorrelation;
     if (last) {
-      Decide(!correlated && s > config_.delta, s, rho);
+      Decide(!(rho > config_.max_autocorrelation) && s > config_.delta, s, rho);
     } else if (rho <= config_.early_max_autocorrelation && s > config_.early_delta) {
       Decide(true, s, rho);
     }

@@ -107,9 +107,8 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
                      " (SPEC \"Observe\"); 0: never.", flag_values=fv)
   flags.DEFINE_integer("gate_early_images", None, "Gate: from this many probed images"
                        " on, a probe whose running score already exceeds"
-                       " --gate_early_delta decides \"on\" without waiting for its end"
-                       " and does not look label-correlated, decides \"on\" without waiting"
-                       " for its end (\"off\" always takes the whole probe); default:"
+                       " --gate_early_delta and that does not look label-correlated"
+                       " decides \"on\" without waiting for its end (\"off\" always takes the whole probe); default:"
                        " 128 images for diversity_gain on class-balanced models at"
                        " --batch_size=1, otherwise never; 0: never.",
                        flag_values=fv)

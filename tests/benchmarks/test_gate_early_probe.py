@@ -1,10 +1,6 @@
 """benchmarks/gate_early_probe.py prices the early "on" rule from first-probe records:
 the price must be what GatedForge with that rule does."""
 
-import importlib.util
-import pathlib
-import sys
-
 import numpy as np
 import pytest
 
@@ -13,20 +9,16 @@ from forge_tflm.evaluation.gate import GateConfig, GatedForge
 from forge_tflm.evaluation.protocol import ordering, run_stream
 from forge_tflm.ops import RecalibOptions
 from forge_tflm.runtime.segmented import SegmentedModel
+from tests.benchmarks import benchmark_script
 from tests.converter import tiny_models
 
-_SCRIPT = pathlib.Path(__file__).parents[2] / "benchmarks" / "gate_early_probe.py"
 PROBE = 24
 
 
 @pytest.fixture(scope="module")
 def early_probe():
-  spec = importlib.util.spec_from_file_location("gate_early_probe", _SCRIPT)
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[spec.name] = module  # Its dataclasses resolve their module by name.
-  spec.loader.exec_module(module)
-  yield module
-  del sys.modules[spec.name]
+  with benchmark_script("gate_early_probe") as module:
+    yield module
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,5 @@
 """benchmarks/gate_sweep.py prices the gate offline: it must agree with GatedForge."""
 
-import importlib.util
-import pathlib
-
 import numpy as np
 import pytest
 
@@ -11,17 +8,14 @@ from forge_tflm.converter.options import ConvertOptions
 from forge_tflm.evaluation.gate import SIGNALS, GateConfig, GatedForge
 from forge_tflm.evaluation.protocol import ordering, run_stream
 from forge_tflm.runtime.segmented import SegmentedModel
+from tests.benchmarks import benchmark_script
 from tests.converter import tiny_models
-
-_SCRIPT = pathlib.Path(__file__).parents[2] / "benchmarks" / "gate_sweep.py"
 
 
 @pytest.fixture(scope="module")
 def gate_sweep():
-  spec = importlib.util.spec_from_file_location("gate_sweep", _SCRIPT)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  with benchmark_script("gate_sweep") as module:
+    yield module
 
 
 @pytest.fixture(scope="module")
