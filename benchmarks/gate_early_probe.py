@@ -125,7 +125,8 @@ def main(argv=None):
            f" {' '.join(sys.argv[1:] if argv is None else argv)}",
            f"# The gate's first probe ({config.batches(1)} images, batch 1, margin"
            f" {config.margin}; "
-           + ("class-balanced model: no veto on the whole probe, "
+           + ("class-balanced model: the whole probe's veto only where adapting "
+              "conceals the correlation, "
               if model.class_balanced else "label-blind model: ")
            + f"the early decision's veto at {config.early_max_autocorrelation}"
            + f") on every corruption (severity {args.severity}, whole"

@@ -753,10 +753,12 @@ int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) 
     if (event != ForgeGate::kNone) {
       Line decision;
       // Integers (micro-units): newlib-nano's printf has no %f.
-      decision.Add("gate image=%lu decision=%s score_e6=%ld autocorrelation_e6=%ld",
+      decision.Add("gate image=%lu decision=%s score_e6=%ld autocorrelation_e6=%ld"
+                   " autocorrelation_adapted_e6=%ld",
                    static_cast<unsigned long>(n),
                    event == ForgeGate::kDecidedOn ? "on" : "off",
-                   lround(gate.score() * 1e6), lround(gate.autocorrelation() * 1e6));
+                   lround(gate.score() * 1e6), lround(gate.autocorrelation() * 1e6),
+                   lround(gate.autocorrelation_adapted() * 1e6));
       decision.Emit();
     }
   }

@@ -54,6 +54,7 @@ ForgeGate::ForgeGate(const ForgeGateConfig& config)
   memset(sum_source_, 0, sizeof(sum_source_));
   memset(sum_adapted_, 0, sizeof(sum_adapted_));
   memset(last_, 0, sizeof(last_));
+  memset(last_adapted_, 0, sizeof(last_adapted_));
 }
 
 void ForgeGate::Softmax(const int8_t* logits, double* p) const {
@@ -83,16 +84,26 @@ double ForgeGate::score() const {
   return Entropy(pa, k) - Entropy(ps, k);
 }
 
-double ForgeGate::autocorrelation() const {
-  if (probed_ == 0) return last_autocorrelation_;
+double ForgeGate::Autocorrelation(const double* sum, double squares,
+                                  double lag_dot) const {
   if (pairs_ == 0) return 0.0;
   const int k = config_.num_classes;
   double mean[kForgeGateMaxClasses];
-  for (int i = 0; i < k; ++i) mean[i] = sum_source_[i] / probed_;
+  for (int i = 0; i < k; ++i) mean[i] = sum[i] / probed_;
   const double base = Dot(mean, mean, k);
-  const double spread = squares_ / probed_ - base;
+  const double spread = squares / probed_ - base;
   if (spread < 1e-3) return 0.0;  // SerialStats.MIN_SPREAD
-  return (lag_dot_ / pairs_ - base) / spread;
+  return (lag_dot / pairs_ - base) / spread;
+}
+
+double ForgeGate::autocorrelation() const {
+  if (probed_ == 0) return last_autocorrelation_;
+  return Autocorrelation(sum_source_, squares_, lag_dot_);
+}
+
+double ForgeGate::autocorrelation_adapted() const {
+  if (probed_ == 0) return last_autocorrelation_adapted_;
+  return Autocorrelation(sum_adapted_, squares_adapted_, lag_dot_adapted_);
 }
 
 ForgeGate::Event ForgeGate::Observe(const int8_t* source_logits,
@@ -108,23 +119,33 @@ ForgeGate::Event ForgeGate::Observe(const int8_t* source_logits,
   }
   if (probed_ > 0) {
     lag_dot_ += Dot(last_, ps, k);
+    lag_dot_adapted_ += Dot(last_adapted_, pa, k);
     ++pairs_;
   }
   double sq[kForgeGateMaxClasses];
   for (int i = 0; i < k; ++i) sq[i] = ps[i] * ps[i];
   squares_ += NumpySum(sq, k);
+  for (int i = 0; i < k; ++i) sq[i] = pa[i] * pa[i];
+  squares_adapted_ += NumpySum(sq, k);
   memcpy(last_, ps, sizeof(double) * k);
+  memcpy(last_adapted_, pa, sizeof(double) * k);
   ++probed_;
   Event event = kNone;
   const bool last = probed_ == config_.probe_images;
   if (last || (config_.early_images > 0 && probed_ >= config_.early_images)) {
     // GatedForge.predict: the whole probe's decision, or an early "on".
     const double rho = autocorrelation();
+    const double rho_adapted = autocorrelation_adapted();
     const double s = score();
     if (last) {
-      Decide(!(rho > config_.max_autocorrelation) && s > config_.delta, s, rho);
+      // gate_fires: the veto, unless concealed_veto and the adapting path shows
+      // the correlation too.
+      const bool vetoed = rho > config_.max_autocorrelation &&
+                          !(config_.concealed_veto &&
+                            rho_adapted > config_.max_autocorrelation);
+      Decide(!vetoed && s > config_.delta, s, rho, rho_adapted);
     } else if (rho <= config_.early_max_autocorrelation && s > config_.early_delta) {
-      Decide(true, s, rho);
+      Decide(true, s, rho, rho_adapted);
     }
     if (!probing_) event = fired_ ? kDecidedOn : kDecidedOff;
   }
@@ -132,13 +153,14 @@ ForgeGate::Event ForgeGate::Observe(const int8_t* source_logits,
   return event;
 }
 
-void ForgeGate::Decide(bool fired, double score, double rho) {
+void ForgeGate::Decide(bool fired, double score, double rho, double rho_adapted) {
   fired_ = fired;
   observing_ = !fired_ && config_.keep_state && fabs(score) < config_.inert_score;
   ++decisions_;
   probing_ = false;
   last_score_ = score;
   last_autocorrelation_ = rho;
+  last_autocorrelation_adapted_ = rho_adapted;
 }
 
 void ForgeGate::Skip() {
@@ -153,7 +175,7 @@ void ForgeGate::Advance() {
     since_probe_ = 0;
     probed_ = 0;
     pairs_ = 0;
-    lag_dot_ = squares_ = 0.0;
+    lag_dot_ = squares_ = lag_dot_adapted_ = squares_adapted_ = 0.0;
     memset(sum_source_, 0, sizeof(sum_source_));
     memset(sum_adapted_, 0, sizeof(sum_adapted_));
   }

@@ -23,11 +23,12 @@
 // adapting continues iff H(mean p_adapted) - H(mean p_source) > delta (nats,
 // "does adapting undo the source's collapse?") and the source's predictions
 // over the probe are not label-correlated (lag-1 autocorrelation of its
-// softmax vectors <= max_autocorrelation); from early_images probed images on,
+// softmax vectors <= max_autocorrelation; with concealed_veto, or the adapting
+// path's own predictions are label-correlated too); from early_images probed images on,
 // a running score above early_delta (autocorrelation <= early_max_autocorrelation)
 // decides "on" without waiting for the end of the probe. With period > 0 a new probe starts
 // `period` images after the previous one started. Every "off" decision resets
-// FORGE to its clean targets. Memory: 3 * kForgeGateMaxClasses + 5 doubles.
+// FORGE to its clean targets. Memory: 4 * kForgeGateMaxClasses + 7 doubles.
 #ifndef ESP32S3_APP_CORE_FORGE_GATE_H_
 #define ESP32S3_APP_CORE_FORGE_GATE_H_
 
@@ -42,6 +43,10 @@ struct ForgeGateConfig {
   double delta = 0.03;
   uint32_t period = 0;               // 0: decide once
   double max_autocorrelation = 0.1;  // veto above it; a huge value: no veto
+  // The veto holds only if the adapting path's predictions over the probe are
+  // not label-correlated themselves (adaptation concealed the correlation):
+  // class-balanced models (gate.py for_model, GateConfig.concealed_veto).
+  bool concealed_veto = false;
   // Off decisions keep FORGE's state and predict in source mode (class-balanced
   // models: forge_tflm.evaluation.gate.for_model); false: reset, then frozen.
   bool keep_state = false;
@@ -74,7 +79,8 @@ class ForgeGate {
   bool observing() const { return observing_; }
   uint32_t decisions() const { return decisions_; }
   double score() const;            // the last (or current) probe's
-  double autocorrelation() const;  // idem
+  double autocorrelation() const;  // idem (the source path's)
+  double autocorrelation_adapted() const;  // idem (the adapting path's)
 
   // One probed image: both paths' int8 logits. Returns the decision's effect
   // when this image ends the probe, else kNone.
@@ -84,7 +90,10 @@ class ForgeGate {
 
  private:
   void Softmax(const int8_t* logits, double* p) const;
-  void Decide(bool fired, double score, double rho);
+  // SerialStats over the probe of one path: its summed softmax vectors `sum`,
+  // squares and lag-1 dot products.
+  double Autocorrelation(const double* sum, double squares, double lag_dot) const;
+  void Decide(bool fired, double score, double rho, double rho_adapted);
   void Advance();
 
   ForgeGateConfig config_;
@@ -98,11 +107,14 @@ class ForgeGate {
   // ProbeStats: summed softmax vectors per path.
   double sum_source_[kForgeGateMaxClasses];
   double sum_adapted_[kForgeGateMaxClasses];
-  // SerialStats of the source path.
+  // SerialStats of the source path and of the adapting path (same pairs).
   uint32_t pairs_ = 0;
   double lag_dot_ = 0.0, squares_ = 0.0;
+  double lag_dot_adapted_ = 0.0, squares_adapted_ = 0.0;
   double last_[kForgeGateMaxClasses];
+  double last_adapted_[kForgeGateMaxClasses];
   double last_score_ = 0.0, last_autocorrelation_ = 0.0;
+  double last_autocorrelation_adapted_ = 0.0;
 };
 
 #endif  // ESP32S3_APP_CORE_FORGE_GATE_H_

@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
       config.gate_config.period = FORGE_APP_GATE_PERIOD;
       config.gate_config.delta = FORGE_APP_GATE_DELTA;
       config.gate_config.max_autocorrelation = FORGE_APP_GATE_MAX_AUTOCORRELATION;
+      config.gate_config.concealed_veto = FORGE_APP_GATE_CONCEALED_VETO;
       config.gate_config.keep_state = FORGE_APP_GATE_KEEP_STATE;
       config.gate_config.inert_score = FORGE_APP_GATE_INERT_SCORE;
       config.gate_config.early_images = FORGE_APP_GATE_EARLY_IMAGES;

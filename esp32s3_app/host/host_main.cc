@@ -5,7 +5,8 @@
 //   forge_app_host MODEL.tflite IMAGES.bin [--images=N] [--trace=none|forge|all]
 //                  [--frozen] [--arena=BYTES] [--no_logits] [--dump=OP:IMAGE]
 //                  [--gate] [--gate_probe=N] [--gate_period=N] [--gate_delta=F]
-//                  [--gate_max_autocorrelation=F] [--gate_keep_state]
+//                  [--gate_max_autocorrelation=F] [--gate_concealed_veto]
+//                  [--gate_keep_state]
 //                  [--gate_inert_score=F] [--gate_early_images=N]
 //                  [--gate_early_delta=F] [--gate_early_max_autocorrelation=F]
 //
@@ -61,7 +62,8 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s MODEL.tflite IMAGES.bin [--images=N] [--trace=none|forge|all]"
                     " [--frozen] [--arena=BYTES] [--no_logits] [--dump=OP:IMAGE] [--gate]"
                     " [--gate_probe=N] [--gate_period=N] [--gate_delta=F]"
-                    " [--gate_max_autocorrelation=F] [--gate_keep_state]"
+                    " [--gate_max_autocorrelation=F] [--gate_concealed_veto]"
+                    " [--gate_keep_state]"
                     " [--gate_inert_score=F] [--gate_early_images=N]"
                     " [--gate_early_delta=F] [--gate_early_max_autocorrelation=F]\n",
             argv[0]);
@@ -92,6 +94,8 @@ int main(int argc, char** argv) {
       config.gate_config.delta = atof(a + 13);
     } else if (strncmp(a, "--gate_max_autocorrelation=", 27) == 0) {
       config.gate_config.max_autocorrelation = atof(a + 27);
+    } else if (strcmp(a, "--gate_concealed_veto") == 0) {
+      config.gate_config.concealed_veto = true;
     } else if (strcmp(a, "--gate_keep_state") == 0) {
       config.gate_config.keep_state = true;
     } else if (strncmp(a, "--gate_inert_score=", 19) == 0) {

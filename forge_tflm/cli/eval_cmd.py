@@ -99,7 +99,9 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
                      "Gate: stay with the source while the probe's source predictions"
                      " are label-correlated (lag-1 autocorrelation of the softmax"
                      " vectors above this; 0 for i.i.d. labels, near 1 when neighbours"
-                     " share a class); >= 1 turns the veto off.", flag_values=fv)
+                     " share a class; on class-balanced models only where the"
+                     " adapting path's predictions are not label-correlated too);"
+                     " >= 1 turns the veto off.", flag_values=fv)
   flags.DEFINE_float("gate_inert_score", GateConfig.inert_score,
                      "Gate, class-balanced models: after an off decision whose probe"
                      " scored within this of 0 (the adapting path changed nothing), feed"

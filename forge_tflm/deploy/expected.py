@@ -202,7 +202,7 @@ class ExpectedGated:
   logits: np.ndarray        # int8 [N, classes]: the logits of the path that predicted
   predictions: np.ndarray   # int64 [N]
   paths: list[str]          # per image: "source", "adapt" or "frozen" (its op mode)
-  decisions: list[dict]     # per probe: image (its last), on, score, autocorrelation
+  decisions: list[dict]     # per probe: image (its last), on, score, autocorrelation(_adapted)
 
 
 def expected_gated(artifact, inputs_int8: np.ndarray, gate, *,
@@ -236,6 +236,8 @@ def expected_gated(artifact, inputs_int8: np.ndarray, gate, *,
     if len(gated.decisions) > len(decisions):
       decisions.append({"image": n, "on": gated.decisions[-1],
                         "score": float(gated.last_score),
-                        "autocorrelation": float(gated.last_autocorrelation)})
+                        "autocorrelation": float(gated.last_autocorrelation),
+                        "autocorrelation_adapted": float(
+                            gated.last_autocorrelation_adapted)})
   logits = np.asarray(logits, np.int8)
   return ExpectedGated(logits, np.argmax(logits, axis=1), paths, decisions)

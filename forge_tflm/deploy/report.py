@@ -45,7 +45,8 @@ class AppRun:
   errors: list[dict]
   tensors: dict = dataclasses.field(default_factory=dict)  # (image, op) -> int8 [bytes]
   # The gate (mode=gated): per image the pass whose logits it printed
-  # (source/adapt/frozen), and each probe's decision: image, on, score, autocorrelation.
+  # (source/adapt/frozen), and each probe's decision: image, on, score, autocorrelation
+  # (the source path's and the adapting path's).
   paths: list = dataclasses.field(default_factory=list)
   gate_decisions: list = dataclasses.field(default_factory=list)
   malformed: list = dataclasses.field(default_factory=list)  # (line number, text)
@@ -86,7 +87,9 @@ def parse_app_output(text: str) -> AppRun:
       elif kind == "gate":
         decisions.append({"image": int(f["image"]), "on": f["decision"] == "on",
                           "score": int(f["score_e6"]) / 1e6,
-                          "autocorrelation": int(f["autocorrelation_e6"]) / 1e6})
+                          "autocorrelation": int(f["autocorrelation_e6"]) / 1e6,
+                          "autocorrelation_adapted":
+                              int(f["autocorrelation_adapted_e6"]) / 1e6})
       elif kind == "tensor":
         key = (int(f["image"]), int(f["op"]))
         values = np.array([int(v) for v in f["values"].split(",") if v], np.int8)

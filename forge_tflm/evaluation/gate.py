@@ -24,9 +24,11 @@ pass per image in `source` mode (ForgeRecalibControl::SetMode); no state copy.
 Label-correlated streams (a fixed camera sees one object for many frames) fool every
 score above: normalizing a window of one class removes that class's signal and
 spreads the predictions, which looks like undoing a collapse. So the gate also
-measures (label-blind models only, see for_model), over the probe, the lag-1 autocorrelation of the source's softmax vectors
+measures, over the probe, the lag-1 autocorrelation of the source's softmax vectors
 (SerialStats: 0 for i.i.d. labels, near 1 when neighbours share a class) and does not
-adapt while it exceeds `max_autocorrelation`. It costs K + 4 floats on a device. It
+adapt while it exceeds `max_autocorrelation` (on class-balanced models only where the
+adapting path's own predictions do not show the correlation, see for_model). It costs
+K + 4 floats on a device (K + 3 more for the adapting path's). It
 only sees correlation that changes inside the probe: a probe within one long run of a
 class (longer than the probe) looks like a collapsed source and passes
 (benchmarks/results/field_protocols.md: sorted by class, 1,000 images per class).
@@ -126,6 +128,10 @@ class GateConfig:
   period: int | None = None
   # Veto on label-correlated probes (see module); None: no veto.
   max_autocorrelation: float | None = DEFAULT_MAX_AUTOCORRELATION
+  # The veto holds only where adaptation concealed the correlation: the adapting
+  # path's own predictions over the probe are not label-correlated (at most
+  # max_autocorrelation). Set by for_model for class-balanced models (see there).
+  concealed_veto: bool = False
   # Off decisions keep FORGE's state (predicting in source mode meanwhile) instead of
   # resetting it; set by for_model for class-balanced models (see there).
   keep_state: bool = False
@@ -192,9 +198,9 @@ class GateConfig:
 
   @property
   def early_max_autocorrelation(self) -> float:
-    """The early decision's label-correlation veto: the gate's own, or the default
-    where the gate has none (class-balanced models, for_model): the early "on" is only
-    a shortcut, and a probe that looks label-correlated waits for its end."""
+    """The early decision's label-correlation veto: the gate's own (unconditional:
+    the early "on" is only a shortcut, and a probe that looks label-correlated waits
+    for its end), or the default where the gate has none."""
     if self.max_autocorrelation is not None:
       return self.max_autocorrelation
     return DEFAULT_MAX_AUTOCORRELATION
@@ -208,8 +214,14 @@ def for_model(config: GateConfig, class_balanced: bool) -> GateConfig:
   """The gate a model runs. The autocorrelation veto stands in for a label defence:
   label-blind statistics normalize a label-correlated window's class away. A model
   with class-balanced statistics (SPEC "Class-balanced statistics") is that defence,
-  so its gate decides on the score alone; vetoing would forfeit exactly the streams
-  the defence recovers (benchmarks/results/field_protocols_balanced*.md). Its state
+  so its gate vetoes only where the defence failed to act (concealed_veto): the
+  source's predictions over the probe are label-correlated but the adapting path's
+  are not, i.e. the guard never flagged and the label-blind statistics normalized
+  the runs away, which the score mistakes for "adapting undoes a collapse"
+  (MobileNetV2-0.5, glass_blur sorted by class, batch 64: -21.0 points without it,
+  benchmarks/results/gate_guard_veto_probe*.md). Where the adapting path keeps the
+  correlation the class statistics are acting, and vetoing would forfeit exactly the
+  streams the defence recovers (benchmarks/results/field_protocols_balanced*.md). Its state
   also survives an off decision (the gate predicts with the op's source mode until it
   turns on again): the guard's label history spans many runs of a class, and a reset
   at every off decision restarted it inside a run, where the label-blind statistics
@@ -222,7 +234,7 @@ def for_model(config: GateConfig, class_balanced: bool) -> GateConfig:
   sees an adapting path that does nothing and turns off, and a detector that read only
   adapted labels would keep that flag for good (field_protocols_guard_bs1.md)."""
   if class_balanced:
-    return dataclasses.replace(config, max_autocorrelation=None, keep_state=True)
+    return dataclasses.replace(config, concealed_veto=True, keep_state=True)
   if config.early_images is None:
     return dataclasses.replace(config, early_images=0)
   return config
@@ -238,6 +250,7 @@ def device_defines(config: GateConfig) -> dict[str, str]:
           "FORGE_APP_GATE_MAX_AUTOCORRELATION": repr(float(
               config.max_autocorrelation if config.max_autocorrelation is not None
               else 1e300)),
+          "FORGE_APP_GATE_CONCEALED_VETO": "true" if config.concealed_veto else "false",
           "FORGE_APP_GATE_KEEP_STATE": "true" if config.keep_state else "false",
           "FORGE_APP_GATE_INERT_SCORE": repr(float(config.inert_score)),
           "FORGE_APP_GATE_EARLY_IMAGES": str(config.early_after(1)),
@@ -357,12 +370,17 @@ class SerialStats:
 
 
 def gate_fires(stats: ProbeStats, config: GateConfig,
-               serial: SerialStats | None = None) -> bool:
+               serial: SerialStats | None = None,
+               serial_adapted: SerialStats | None = None) -> bool:
   """The decision after the probe: keep adapting iff its score exceeds the margin and
-  (with a veto configured and `serial` given) the probe is not label-correlated."""
-  if (serial is not None and config.max_autocorrelation is not None
-      and serial.autocorrelation() > config.max_autocorrelation):
-    return False
+  (with a veto configured and `serial`, the source's, given) the probe is not
+  label-correlated; with `concealed_veto`, unless the adapting path's predictions
+  (`serial_adapted`) are label-correlated too (the class statistics kept the class)."""
+  limit = config.max_autocorrelation
+  if serial is not None and limit is not None and serial.autocorrelation() > limit:
+    if not (config.concealed_veto and serial_adapted is not None
+            and serial_adapted.autocorrelation() > limit):
+      return False
   return stats.score(config) > config.margin
 
 
@@ -399,13 +417,15 @@ class GatedForge(Int8Method):
   def reset(self):
     super().reset()
     self.probe = ProbeStats()
-    self.serial = SerialStats()
+    self.serial, self.serial_adapted = SerialStats(), SerialStats()
     self.batches_probed = 0
     self.probing = True
     self.fired: bool | None = None  # The last decision; None before the first.
     self.observing = False  # Off after an inert probe: the source feeds the detector.
     self.decisions: list[bool] = []
-    self.last_score = self.last_autocorrelation = float("nan")  # Of the last decision.
+    # Of the last decision.
+    self.last_score = self.last_autocorrelation = float("nan")
+    self.last_autocorrelation_adapted = float("nan")
     self.images_since_probe = 0
     self.images = 0
     self.images_adapted = 0  # Predicted by the adapting path.
@@ -417,10 +437,11 @@ class GatedForge(Int8Method):
       adapted = self.logits(x_int8, ADAPT)
       self.probe = self.probe + ProbeStats.of_batch(frozen, adapted)
       self.serial.add(frozen)
+      self.serial_adapted.add(adapted)
       self.batches_probed += 1
       out = adapted if adapting else frozen
       if self.batches_probed == self.warmup_batches:
-        self._decide(gate_fires(self.probe, self.config, self.serial))
+        self._decide(gate_fires(self.probe, self.config, self.serial, self.serial_adapted))
       elif (0 < self.early_after <= self.probe.images
             and fires_early(self.probe, self.config, self.serial)):
         self._decide(True)
@@ -440,7 +461,7 @@ class GatedForge(Int8Method):
     period = self.config.period
     if period is not None and not self.probing and self.images_since_probe >= period:
       self.probing, self.probe, self.batches_probed = True, ProbeStats(), 0
-      self.serial = SerialStats()
+      self.serial, self.serial_adapted = SerialStats(), SerialStats()
       self.images_since_probe = 0
     return out
 
@@ -448,6 +469,7 @@ class GatedForge(Int8Method):
     """Ends the probe with its decision (the whole probe's, or an early "on")."""
     self.last_score = self.probe.score(self.config)
     self.last_autocorrelation = self.serial.autocorrelation()
+    self.last_autocorrelation_adapted = self.serial_adapted.autocorrelation()
     self.fired = fired
     self.observing = (not fired and self.config.keep_state
                       and abs(self.last_score) < self.config.inert_score)

@@ -94,6 +94,7 @@ def test_device_gate_defaults_are_the_evaluators():
   assert int(c["probe_images"]) == int(want["FORGE_APP_GATE_PROBE_IMAGES"])
   assert float(c["delta"]) == float(want["FORGE_APP_GATE_DELTA"])
   assert float(c["max_autocorrelation"]) == float(want["FORGE_APP_GATE_MAX_AUTOCORRELATION"])
+  assert c["concealed_veto"] == want["FORGE_APP_GATE_CONCEALED_VETO"] == "false"
   assert c["keep_state"] == want["FORGE_APP_GATE_KEEP_STATE"] == "false"
   assert float(c["inert_score"]) == float(want["FORGE_APP_GATE_INERT_SCORE"])
   assert int(c["early_images"]) == int(want["FORGE_APP_GATE_EARLY_IMAGES"])

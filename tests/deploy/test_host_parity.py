@@ -434,6 +434,7 @@ def test_gated_app_matches_evaluator_forge_gated(artifacts, binaries, stream, tm
     for got, want in zip(run.gate_decisions, exp.decisions):
       assert abs(got["score"] - want["score"]) <= 1e-6
       assert abs(got["autocorrelation"] - want["autocorrelation"]) <= 1e-6
+      assert abs(got["autocorrelation_adapted"] - want["autocorrelation_adapted"]) <= 1e-6
     np.testing.assert_array_equal(run.logits, exp.logits)
     np.testing.assert_array_equal(run.predictions, exp.predictions)
     if veto < 1 and early is None:  # (A 4-image early probe sees too little to veto.)
@@ -453,12 +454,13 @@ def test_gated_app_matches_evaluator_forge_gated(artifacts, binaries, stream, tm
 @pytest.mark.parametrize("inert_score, early", [(0.0, None), (1e300, None), (0.0, (4, 0.04))])
 def test_gated_class_balanced_app_keeps_state_like_the_evaluator(artifacts, binaries, stream,
                                                                 tmp_path, inert_score, early):
-  """A class-balanced model's gate (gate.for_model: no veto, state kept through an off
+  """A class-balanced model's gate (gate.for_model: the veto only where the adapting
+  path's predictions are not label-correlated too, state kept through an off
   decision, source mode meanwhile; the source's outputs feed the guard's detector after
   an inert probe: never, or after every off decision) on the images sorted by class:
   the same paths, decisions, logits and predictions on the host app as in the
-  evaluator. With an early "on" after 4 images too: no veto on the whole probe, the
-  default one (0.1) on the early decision, which a run of one class passes and a change
+  evaluator. With an early "on" after 4 images too: the default veto (0.1), without
+  the condition, on the early decision, which a run of one class passes and a change
   of class does not."""
   from forge_tflm import deploy
   from forge_tflm.evaluation.gate import GateConfig, for_model
@@ -470,12 +472,14 @@ def test_gated_class_balanced_app_keeps_state_like_the_evaluator(artifacts, bina
     early_config = {"early_images": early[0], "early_delta": early[1]}
     early_flags = [f"--gate_early_images={early[0]}", f"--gate_early_delta={early[1]!r}"]
   gate = GateConfig(warmup_batches=16, period=40, inert_score=inert_score, **early_config)
-  assert for_model(gate, True).keep_state
+  device = for_model(gate, True)
+  assert device.keep_state and device.concealed_veto
   exp = deploy.expected_gated(path, x, gate)
   images = deploy.write_image_stream(str(tmp_path / "images.bin"), x)
   r = subprocess.run([binaries["reference"], path, images, f"--images={N_IMAGES}",
                       "--trace=none", "--gate", "--gate_probe=16", "--gate_period=40",
-                      "--gate_max_autocorrelation=1e300", "--gate_keep_state",
+                      f"--gate_max_autocorrelation={device.max_autocorrelation!r}",
+                      "--gate_concealed_veto", "--gate_keep_state",
                       f"--gate_inert_score={inert_score!r}"] + early_flags,
                      capture_output=True, text=True)
   assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
@@ -483,7 +487,14 @@ def test_gated_class_balanced_app_keeps_state_like_the_evaluator(artifacts, bina
   assert run.ok and run.paths == exp.paths
   assert [(d["image"], d["on"]) for d in run.gate_decisions] == \
       [(d["image"], d["on"]) for d in exp.decisions]
+  for got, want in zip(run.gate_decisions, exp.decisions):
+    assert abs(got["autocorrelation"] - want["autocorrelation"]) <= 1e-6
+    assert abs(got["autocorrelation_adapted"] - want["autocorrelation_adapted"]) <= 1e-6
   np.testing.assert_array_equal(run.logits, exp.logits)
   np.testing.assert_array_equal(run.predictions, exp.predictions)
+  # Sorted by class, some probes are label-correlated: the veto's condition is read.
+  assert any(d["autocorrelation"] > device.max_autocorrelation for d in exp.decisions)
   print(f"\nforge_classes gated, state kept: paths {exp.paths.count('adapt')} adapt, "
-        f"{exp.paths.count('source')} source; decisions {[d['on'] for d in exp.decisions]}")
+        f"{exp.paths.count('source')} source; decisions {[d['on'] for d in exp.decisions]}"
+        f", autocorrelation source/adapted "
+        f"{[(round(d['autocorrelation'], 2), round(d['autocorrelation_adapted'], 2)) for d in exp.decisions]}")

@@ -358,22 +358,40 @@ def test_gate_stays_with_the_source_on_label_correlated_probes():
     GateConfig(max_autocorrelation=float("nan"))
 
 
-def test_a_class_balanced_model_is_not_vetoed_on_label_correlated_probes():
-  # The class-balanced statistics are the label defence: the veto would forfeit the
-  # label-correlated streams they recover.
-  def in_runs(x):
+def test_a_class_balanced_gate_vetoes_only_where_adapting_conceals_the_correlation():
+  # The class-balanced statistics are the label defence: while the adapting path's
+  # predictions keep the runs the source shows, the defence is acting and the veto
+  # would forfeit the streams it recovers. Where they do not (the guard never flagged
+  # and the label-blind statistics normalized the runs away, which the score takes for
+  # "adapting undoes a collapse"), the veto holds.
+  def in_runs(x):  # Source: runs of 4 over two classes (correlated, less diverse).
     return _onehot_logits((np.arange(len(x)) // 4) % 2, k=3)
-  def diverse(x):
+  def runs_of_three(x):  # Adapting path keeps the runs, over three classes.
+    return _onehot_logits((np.arange(len(x)) // 4) % 3, k=3)
+  def diverse(x):  # Adapting path with the runs normalized away.
     return _onehot_logits(np.arange(len(x)) % 3, k=3)
+  config = GateConfig(warmup_batches=1, max_autocorrelation=0.3)
+  for adapted, class_balanced, fires in ((runs_of_three, True, True),
+                                         (diverse, True, False),
+                                         (runs_of_three, False, False)):
+    model = ScriptedModel(adapt_confidence=adapted, frozen_confidence=in_runs)
+    model.class_balanced = class_balanced
+    gated = GatedForge(model, config, batch_size=24)
+    gated.predict(np.zeros((24, 1), np.int8))
+    assert gated.fired is fires and gated.autocorrelation > 0.5
+    assert gated.score > config.margin  # Only the veto keeps it off.
+    assert gated.config.concealed_veto is class_balanced
+    assert (gated.last_autocorrelation_adapted > 0.5) is (adapted is runs_of_three)
+  assert for_model(config, True) == dataclasses.replace(config, concealed_veto=True,
+                                                        keep_state=True)
+  assert for_model(config, False) == dataclasses.replace(config, early_images=0)
+  no_veto = for_model(GateConfig(max_autocorrelation=None), True)
+  assert no_veto.max_autocorrelation is None
   model = ScriptedModel(adapt_confidence=diverse, frozen_confidence=in_runs)
   model.class_balanced = True
-  config = GateConfig(warmup_batches=1, max_autocorrelation=0.3)
-  gated = GatedForge(model, config, batch_size=24)
+  gated = GatedForge(model, GateConfig(warmup_batches=1, max_autocorrelation=None), 24)
   gated.predict(np.zeros((24, 1), np.int8))
-  assert gated.fired is True and gated.autocorrelation > 0.5
-  assert gated.config.max_autocorrelation is None
-  assert for_model(config, False) == dataclasses.replace(config, early_images=0)
-  assert for_model(GateConfig(max_autocorrelation=None), True).max_autocorrelation is None
+  assert gated.fired is True  # No veto configured: none, concealed or not.
 
 
 def test_a_class_balanced_gate_off_after_an_inert_probe_feeds_the_source_to_the_detector():
@@ -448,8 +466,8 @@ def test_off_is_never_decided_early_and_the_veto_holds_early():
     gated = GatedForge(model, GateConfig(warmup_batches=3, early_images=8,
                                          max_autocorrelation=veto), batch_size=24)
     gated.predict(np.zeros((24, 1), np.int8))
-    # A class-balanced model's gate has no veto (for_model), but its early "on" keeps
-    # the default one: a label-correlated probe waits for its end.
+    # Without a veto (None) the early "on" keeps the default one, and a class-balanced
+    # gate's is unconditional: a label-correlated probe waits for its end.
     assert gated.probing is probing and gated.autocorrelation > 0.5
     assert gated.config.early_max_autocorrelation == (0.1 if veto is None else veto)
 
