@@ -16,6 +16,7 @@ libflatbuffers-dev). Skips, saying which, if no compiler or headers.
 import os
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -204,18 +205,46 @@ def _python_line(data: bytes) -> str:
           f"{('batch', 'running').index(o.variance)}")
 
 
+def _fuzz_command(binary, kind, corpus, runs):
+  cmd = [binary, f"-runs={runs}", "-seed=20240611", str(corpus)]
+  if kind == "libfuzzer":
+    # Crash and out-of-memory inputs beside the corpus, not in the working directory.
+    cmd[1:1] = [f"-artifact_prefix={os.path.dirname(str(corpus))}{os.sep}"]
+    # libFuzzer's RSS limit reads getrusage's ru_maxrss, which Linux carries across
+    # exec: a fuzzer started by a pytest process holding 2+ GB (TensorFlow loaded by
+    # earlier tests) saw the parent's peak and stopped as "out-of-memory" at once.
+    # The limit on any one allocation stays.
+    cmd[1:1] = ["-max_len=1024", "-print_final_stats=1", "-rss_limit_mb=0",
+                "-malloc_limit_mb=2048"]
+  return cmd
+
+
 def test_fuzz_options_100k_executions(harness, tmp_path):
   binary, kind = harness
   corpus = tmp_path / "corpus"
   _write_corpus(str(corpus))
-  cmd = [binary, f"-runs={FUZZ_RUNS}", "-seed=20240611", str(corpus)]
-  if kind == "libfuzzer":
-    cmd[1:1] = ["-max_len=1024", "-print_final_stats=1"]
-  r = _run(cmd, timeout=600)
+  r = _run(_fuzz_command(binary, kind, corpus, FUZZ_RUNS), timeout=600)
   assert r.returncode == 0, r.stderr[-4000:]
   assert f"Done {FUZZ_RUNS} runs" in r.stderr, r.stderr[-2000:]
   print(f"{kind} + ASan/UBSan: {FUZZ_RUNS} executions; "
         f"{r.stderr.strip().splitlines()[-1]}")
+
+
+def test_fuzzer_runs_from_a_parent_holding_more_than_its_memory_limit(harness, tmp_path):
+  """The fuzzer's verdict must not depend on how much memory the process that starts
+  it holds (ru_maxrss survives exec)."""
+  binary, kind = harness
+  if kind != "libfuzzer":
+    pytest.skip("the driver build has no RSS limit")
+  corpus = tmp_path / "corpus"
+  _write_corpus(str(corpus))
+  # Long enough for libFuzzer's RSS check (once a second) to run a few times.
+  cmd = _fuzz_command(binary, kind, corpus, -1) + ["-max_total_time=4"]
+  parent = ("import subprocess, sys, numpy\n"
+            "held = numpy.ones((2300 << 20) // 8)  # 2.3 GB resident, > 2048 MB\n"
+            f"sys.exit(subprocess.run({cmd!r}).returncode)\n")
+  r = _run([sys.executable, "-c", parent], timeout=600)
+  assert r.returncode == 0, r.stderr[-4000:]
 
 
 def test_cpp_parser_agrees_with_python_decoder(harness, tmp_path):
