@@ -218,7 +218,7 @@ def for_model(config: GateConfig, class_balanced: bool) -> GateConfig:
   source's predictions over the probe are label-correlated but the adapting path's
   are not, i.e. the guard never flagged and the label-blind statistics normalized
   the runs away, which the score mistakes for "adapting undoes a collapse"
-  (MobileNetV2-0.5, glass_blur sorted by class, batch 64: -21.0 points without it,
+  (MobileNetV2-0.5, glass_blur sorted by class, batch 64:
   benchmarks/results/gate_guard_veto_probe*.md). Where the adapting path keeps the
   correlation the class statistics are acting, and vetoing would forfeit exactly the
   streams the defence recovers (benchmarks/results/field_protocols_balanced*.md). Its state
