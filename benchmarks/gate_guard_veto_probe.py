@@ -43,10 +43,7 @@ sys.path.insert(0, REPO_ROOT)
 
 from benchmarks._report import emit  # noqa: E402
 
-CORRUPTIONS = ("gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur",
-               "glass_blur", "motion_blur", "zoom_blur", "snow", "frost", "fog",
-               "brightness", "contrast", "elastic_transform", "pixelate",
-               "jpeg_compression")
+from forge_tflm.corruptions.params import CORRUPTIONS  # noqa: E402
 METHODS = ("source", "no veto", "rule")
 
 
@@ -87,21 +84,21 @@ def run_unit(artifact_path, data_dir, corruption, order_spec, k, batch_size, lim
   from forge_tflm.corruptions import corrupt_cached
   from forge_tflm.data.datasets import load_dataset
   from forge_tflm.evaluation import gate
-  from forge_tflm.evaluation.field_streams import _rng
+  from forge_tflm.evaluation.field_streams import reset_each_shift
   from forge_tflm.evaluation.int8_methods import Source
-  from forge_tflm.evaluation.protocol import ordering
+  from forge_tflm.evaluation.protocol import Stream, run_stream
   from forge_tflm.runtime.segmented import SegmentedModel
 
   artifact = Artifact.load(artifact_path)
   clean = load_dataset("cifar10", "test", data_dir).random_subset(limit or None, 0)
   images = corrupt_cached(clean.images, corruption, 5, seed=0)
-  lo = label_order(order_spec, batch_size)
-  order = (ordering(len(clean.labels), k, 0) if lo.kind == "shuffled"
-           else lo.order(clean.labels, _rng(0, k, 1)))
+  # The evaluator's own stream builder, so ordering k is forge_tflm eval's.
+  (stream,) = reset_each_shift([Stream(corruption, images, clean.labels)],
+                               label_order(order_spec, batch_size))
+  order = stream.order(k, 0)
   # The evaluator's default kernels, so the default gate reproduces forge_tflm eval.
   model = SegmentedModel.from_artifact(artifact, kernels="optimized")
-  x = model.quantize_input(artifact.input_contract.to_float(images[order]))
-  y = clean.labels[order]
+  x = model.quantize_input(artifact.input_contract.to_float(images))
   no_veto = gate.GateConfig(period=period, max_autocorrelation=None)
   ruled = (gate.GatedForge(model, gate.GateConfig(period=period), batch_size)
            if rule == "concealed" else flagged_gate()(model, no_veto, batch_size))
@@ -110,10 +107,7 @@ def run_unit(artifact_path, data_dir, corruption, order_spec, k, batch_size, lim
                        ("no veto", gate.GatedForge(model, no_veto, batch_size)),
                        ("rule", ruled)):
     method.reset()
-    hits = 0
-    for s in range(0, len(y), batch_size):
-      hits += int((method.predict(x[s:s + batch_size]).argmax(1) == y[s:s + batch_size]).sum())
-    out[name] = 100.0 * hits / len(y)
+    out[name] = 100.0 * run_stream(method.predict, x, clean.labels, order, batch_size)
   return corruption, order_spec, k, out
 
 
