@@ -31,7 +31,11 @@ def load_keras_model(path: str):
       raise ConversionError(
           f"{path!r} is a SavedModel directory; convert from the .keras file (the layer"
           " graph is needed to find Conv->BN sites)")
-    if not zipfile.is_zipfile(path):
+    legacy = path.lower().endswith(".h5")
+    if legacy and not _is_hdf5(path):
+      raise ConversionError(f"cannot read Keras model {path!r}: not an HDF5 file"
+                            " (truncated or another format)")
+    if not legacy and not zipfile.is_zipfile(path):
       # Keras says "File not found" for a file that exists but is cut short.
       raise ConversionError(f"cannot read Keras model {path!r}: not a .keras zip archive"
                             " (truncated or another format)")
@@ -45,6 +49,11 @@ def load_keras_model(path: str):
       raise ConversionError(
           f"model {path!r} is not a float model (weight {w.path} is {w.dtype})")
   return model
+
+
+def _is_hdf5(path: str) -> bool:
+  with open(path, "rb") as f:
+    return f.read(8) == b"\x89HDF\r\n\x1a\n"
 
 
 def _producer_names(inbound_nodes) -> list[str]:

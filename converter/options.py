@@ -38,6 +38,8 @@ class ConvertOptions:
   parity_check: "error" refuses a conversion whose float model differs from the
     source beyond parity_tolerance (converter/parity.py); "warn" logs and writes it.
   parity_images: calibration images the parity gate compares on.
+  source_agreement: from an int8 .tflite, the least top-1 agreement (on the
+    calibration images) of the artifact in source mode with the input model.
   class_images: 0, or the number of labelled calibration images (drawn with
     calibration_seed) whose class means give every site class-balanced statistics
     (converter/class_offsets.py; the op's option `classes` = the model's outputs).
@@ -61,6 +63,7 @@ class ConvertOptions:
   parity_check: str = "error"
   parity_tolerance: float = parity.DEFAULT_TOLERANCE
   parity_images: int = parity.DEFAULT_IMAGES
+  source_agreement: float = parity.DEFAULT_SOURCE_AGREEMENT
   class_images: int = 0
   class_margin: float = DEFAULT_CLASS_MARGIN
   class_guard: int = DEFAULT_CLASS_GUARD
@@ -74,6 +77,8 @@ class ConvertOptions:
       raise ValueError(f"parity_check must be one of {parity.MODES}, not {self.parity_check!r}")
     if not self.parity_tolerance > 0:
       raise ValueError(f"parity_tolerance must be > 0, got {self.parity_tolerance}")
+    if not 0.0 <= self.source_agreement <= 1.0:
+      raise ValueError(f"source_agreement must be in [0, 1], got {self.source_agreement}")
     if self.parity_images < 1:
       raise ValueError("parity_images must be >= 1")
     if self.class_images < 0:

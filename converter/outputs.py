@@ -19,7 +19,8 @@ def build_manifest(*, tflite: bytes, source_path: str, source_sha256: str,
                    frontend: str, options: ConvertOptions, all_sites: list,
                    inserted: list[InsertedSite], input_quant: tuple[float, int],
                    output_quant: tuple[float, int], command: str,
-                   calibration: dict, parity: dict | None = None) -> Manifest:
+                   calibration: dict, parity: dict | None = None,
+                   targets: dict | None = None) -> Manifest:
   sites = tuple(
       SiteRecord(name=s.site.name, conv=s.site.conv, kind=s.site.kind, op_index=s.op_index,
                  channels=s.site.channels, bn_eps=s.site.eps, options=s.options,
@@ -35,7 +36,8 @@ def build_manifest(*, tflite: bytes, source_path: str, source_sha256: str,
                   input_quant=TensorQuant(*input_quant),
                   output_quant=TensorQuant(*output_quant), calibration=calibration,
                   bn_sites_found=tuple(s.name for s in all_sites), sites=sites,
-                  parity=dict(parity or {}))
+                  parity=dict(parity or {}),
+                  targets=dict(targets or {"source": "recorded"}))
 
 
 def c_identifier(path: str) -> str:

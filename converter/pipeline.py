@@ -26,9 +26,10 @@ from forge_tflm.artifact import Manifest, manifest_path
 from forge_tflm.fileio import file_sha256, write_atomically
 from forge_tflm.quiet import native_output_hidden
 from forge_tflm.converter import calibration as calib
-from forge_tflm.converter import class_offsets, insert, match, outputs, parity
+from forge_tflm.converter import class_offsets, insert, match, outputs, parity, static_shapes
 from forge_tflm.converter.frontend_keras import KerasFrontend
 from forge_tflm.converter.frontend_onnx import OnnxFrontend
+from forge_tflm.converter.frontend_tflite import TfliteFrontend
 from forge_tflm.converter.options import ConvertOptions
 from forge_tflm.converter.select import select_sites
 from forge_tflm.converter.sites import BNSite, ConversionError
@@ -63,19 +64,20 @@ class _Context:
   model_t: object = None
   inserted: list = dataclasses.field(default_factory=list)
   tflite: bytes = b""
+  targets: dict = dataclasses.field(default_factory=lambda: {"source": "recorded"})
 
 
 def _load(ctx: _Context) -> None:
   ext = os.path.splitext(ctx.source_path)[1].lower()
-  if ext == ".keras":
+  if ext in (".keras", ".h5"):
     ctx.frontend = KerasFrontend(ctx.source_path)
   elif ext == ".onnx":
     ctx.frontend = OnnxFrontend(ctx.source_path)
   elif ext == ".tflite":
-    raise ConversionError(f"{ctx.source_path!r} is already a TFLite model; convert from the"
-                          " float .keras or .onnx model")
+    ctx.frontend = TfliteFrontend(ctx.source_path)
   else:
-    raise ConversionError(f"unsupported model file {ctx.source_path!r} (expected .keras or .onnx)")
+    raise ConversionError(f"unsupported model file {ctx.source_path!r} (expected .keras,"
+                          " .h5, .onnx or a full-int8 .tflite)")
 
 
 def _find_sites(ctx: _Context) -> None:
@@ -106,7 +108,8 @@ def _calibration_inputs(ctx: _Context) -> None:
 def _quantize(ctx: _Context) -> None:
   t0 = time.time()
   with native_output_hidden():  # TFLiteConverter's C++ prints straight to fd 1/2.
-    ctx.float_tflite, ctx.plain_tflite = ctx.frontend.convert_tflite(ctx.calib_inputs)
+    converted = ctx.frontend.convert_tflite(ctx.calib_inputs)
+  ctx.float_tflite, ctx.plain_tflite = (static_shapes.fold(m) for m in converted)
   logging.info("float and full-int8 conversion: %d bytes in %.1f s", len(ctx.plain_tflite),
                time.time() - t0)
   ctx.model_t = tg.load_model(ctx.plain_tflite)
@@ -208,8 +211,48 @@ def _validate(ctx: _Context) -> None:
       raise ConversionError(f"{e} (the evaluator and devices would refuse it)") from e
 
 
+def _read_int8(ctx: _Context) -> None:
+  """The int8 input model is the plain model; its convs are the sites' ops."""
+  ctx.plain_tflite = ctx.frontend.data
+  ctx.model_t = tg.load_model(ctx.plain_tflite)
+  ctx.op_index = ctx.frontend.op_index(ctx.sites)
+
+
+def _measure_targets(ctx: _Context) -> None:
+  t0 = time.time()
+  ctx.sites = ctx.frontend.measure_targets(ctx.sites, ctx.calib_inputs)
+  ctx.targets = {"source": "measured", "images": int(len(ctx.calib_inputs))}
+  logging.info("measured the clean targets of %d sites on %d images in %.1f s",
+               len(ctx.sites), len(ctx.calib_inputs), time.time() - t0)
+
+
+def _source_parity(ctx: _Context) -> None:
+  """The artifact in source mode must still be the input model."""
+  if not ctx.inserted:
+    return
+  o = ctx.options
+  with native_output_hidden():
+    ctx.parity = parity.check_source_mode(
+        plain_tflite=ctx.plain_tflite, tflite=ctx.tflite,
+        x_int8=ctx.frontend.quantize_input(ctx.calib_inputs), inserted=ctx.inserted,
+        min_agreement=o.source_agreement)
+  p = ctx.parity
+  logging.info("source mode vs the input model on %d images: top-1 agreement %.1f%%,"
+               " largest output difference %.3g", p.images, 100 * p.top1_agreement,
+               p.max_output_difference)
+  where = p.divergence()
+  if where is not None:
+    raise ConversionError(f"in source mode the artifact does not reproduce the input"
+                          f" model: {where}")
+
+
+# From a float model (Keras, ONNX): BN targets recorded at fold time.
 PASSES = (_load, _find_sites, _select, _calibration_inputs, _quantize, _parity, _match,
           _preact_ranges, _insert, _class_offsets, _validate)
+# From a full-int8 .tflite: targets measured on the calibration images.
+TFLITE_PASSES = (_load, _find_sites, _select, _calibration_inputs, _read_int8,
+                 _measure_targets, _preact_ranges, _insert, _source_parity,
+                 _class_offsets, _validate)
 
 
 def _io_quant(model_t) -> tuple[tuple[float, int], tuple[float, int]]:
@@ -236,7 +279,9 @@ def convert(source_path: str, output: str, calibration,
   paths = outputs.output_paths(output, options.c_array, plain_output)
   outputs.check_output_paths(paths, source_path)
   ctx = _Context(source_path, options, calibration, command)
-  for step in PASSES:
+  passes = (TFLITE_PASSES if os.path.splitext(source_path)[1].lower() == ".tflite"
+            else PASSES)
+  for step in passes:
     step(ctx)
 
   input_quant, output_quant = _io_quant(ctx.model_t)
@@ -246,7 +291,8 @@ def convert(source_path: str, output: str, calibration,
       inserted=ctx.inserted, input_quant=input_quant, output_quant=output_quant,
       command=command, parity=ctx.parity.to_json() if ctx.parity else {},
       calibration={"images": int(len(ctx.calib_inputs)), "source": ctx.calibration_source,
-                   "seed": options.calibration_seed, "preact_range": options.preact_range})
+                   "seed": options.calibration_seed, "preact_range": options.preact_range},
+      targets=ctx.targets)
   files = {paths["tflite"]: ctx.tflite, paths["manifest"]: manifest.dumps()}
   if options.c_array:
     name = outputs.c_identifier(output)

@@ -12,10 +12,19 @@ Manifest JSON (schema 2):
   sites [{name, conv, kind, op_index, channels, bn_eps, options, input_tensor,
           output_tensor, input_quantization, output_quantization,
           preact_saturated_fraction, state_bytes, target_bytes, memory}],
+  targets {source: recorded | measured, images} (absent: recorded),
   totals {sites, channels, state_bytes_sram, target_bytes_flash, memory}.
-`memory` (derived, written for people and firmware budgets, ignored on read): per node
-and in total, the arena bytes FORGE adds on a 32-bit TFLM target (state, op data, TFLM's
-node bookkeeping) and its scratch (forge_tflm.ops.memory).
+`memory` (derived, written for people and firmware budgets): per node and in total,
+the arena bytes FORGE adds on a 32-bit TFLM target (state, op data, TFLM's node
+bookkeeping) and its scratch (forge_tflm.ops.memory).
+
+Reading one (`load_manifest`, issue 34) is one schema: strict JSON
+(forge_tflm.fileio.load_json: no NaN / inf / huge numbers, nesting or repeated keys),
+the types of every field here (`_Fields`, unknown fields refused), the values where
+each dataclass is made (`__post_init__`), then every field the model states checked
+against the model (model_check.check_manifest: channels, options, tensors,
+quantization, kinds, sizes), then the derived fields against the rest. Each failure
+is one ArtifactError line naming the file and the field.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 
 import numpy as np
@@ -36,6 +46,126 @@ BYTES_PER_CHANNEL_TARGETS = 8  # beta, |gamma|: float32 each, const (flash).
 
 class ArtifactError(ValueError):
   """A model/manifest pair that cannot be used; the message is one line."""
+
+
+# -- the manifest schema: one reader, every field's type and range ----------------------
+
+_REQUIRED = object()
+_INT32_MAX = 2**31 - 1
+_MAX_CHANNELS = 65536  # The op's channel limit (forge_recalib.h FORGE_RECALIB_MAX_C).
+_TOP_LEVEL = ("manifest_version", "model_sha256", "model_bytes", "source", "command",
+              "input", "output", "calibration", "bn_sites_found", "sites", "parity",
+              "targets", "totals")
+_SITE_KEYS = ("name", "conv", "kind", "op_index", "channels", "bn_eps", "options",
+              "input_tensor", "output_tensor", "input_quantization",
+              "output_quantization", "preact_saturated_fraction", "state_bytes",
+              "target_bytes", "memory")
+SITE_KINDS = ("conv", "depthwise")
+TARGET_SOURCES = ("recorded", "measured")
+
+
+def _check(ok: bool, msg: str) -> None:
+  if not ok:
+    raise ValueError(msg)
+
+
+def _is_int(v) -> bool:
+  return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _is_finite(v) -> bool:
+  return isinstance(v, (int, float, np.number)) and not isinstance(
+      v, (bool, np.bool_)) and math.isfinite(v)
+
+
+def _json_type(v) -> str:
+  if isinstance(v, bool):
+    return "a boolean"
+  return {int: "an integer", float: "a number", str: "a string", list: "a list",
+          dict: "an object", type(None): "null"}.get(type(v), type(v).__name__)
+
+
+class _Fields:
+  """One JSON object of the manifest, read field by field: each accessor checks the
+  field's type and range and, when it fails, names the field by its path
+  ("sites[2].channels") in a one-line ArtifactError."""
+
+  def __init__(self, data, where: str, keys=None):
+    self.where = where
+    if not isinstance(data, dict):
+      raise ArtifactError(f"{'field ' + where if where else 'the manifest'}: must be an"
+                          f" object, not {_json_type(data)}")
+    self.data = data
+    unknown = [k for k in data if keys is not None and k not in keys]
+    if unknown:
+      self.fail(unknown[0], "unknown field")
+
+  def path(self, key) -> str:
+    key = key if isinstance(key, str) and len(key) < 60 else repr(key)[:60]
+    return f"{self.where}.{key}" if self.where else key
+
+  def fail(self, key, msg: str):
+    raise ArtifactError(" ".join(f"field {self.path(key)}: {msg}".split()))
+
+  def get(self, key, default=_REQUIRED):
+    if key not in self.data:
+      if default is _REQUIRED:
+        self.fail(key, "missing")
+      return default
+    return self.data[key]
+
+  def str(self, key, default=_REQUIRED, empty=False) -> str:
+    v = self.get(key, default)
+    if v is not default and (not isinstance(v, str) or not (v or empty)):
+      self.fail(key, f"must be a{'' if empty else ' non-empty'} string, not"
+                f" {_json_type(v) if v != '' else 'empty'}")
+    return v
+
+  def int(self, key, default=_REQUIRED) -> int:
+    v = self.get(key, default)
+    if v is not default and (not isinstance(v, int) or isinstance(v, bool)):
+      self.fail(key, f"must be an integer, not {_json_type(v)}")
+    return v
+
+  def float(self, key) -> float:
+    v = self.get(key)  # load_json has refused NaN, inf and out-of-range numbers.
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+      self.fail(key, f"must be a number, not {_json_type(v)}")
+    return float(v)
+
+  def make(self, cls, **kwargs):
+    """cls(**kwargs): its own checks (ranges) failing name this object."""
+    try:
+      return cls(**kwargs)
+    except ArtifactError:
+      raise
+    except (TypeError, ValueError) as e:
+      where = f"field {self.where}: " if self.where else ""
+      raise ArtifactError(" ".join(f"{where}{e}".split())) from None
+
+  def obj(self, key, keys=None, default=_REQUIRED) -> "_Fields":
+    return _Fields(self.get(key, default), self.path(key), keys)
+
+  def list(self, key, default=_REQUIRED) -> list:
+    v = self.get(key, default)
+    if not isinstance(v, list):
+      self.fail(key, f"must be a list, not {_json_type(v)}")
+    return v
+
+  def names(self, key) -> tuple[str, ...]:
+    """A list of distinct non-empty strings."""
+    items = self.list(key)
+    for i, v in enumerate(items):
+      if not isinstance(v, str) or not v:
+        self.fail(f"{key}[{i}]", f"must be a non-empty string, not {_json_type(v)}")
+    if len(set(items)) != len(items):
+      twice = next(v for v in items if items.count(v) > 1)
+      self.fail(key, f"names {twice[:60]!r} twice")
+    return tuple(items)
+
+  def each(self, key, keys=None):
+    return [_Fields(v, f"{self.path(key)}[{i}]", keys)
+            for i, v in enumerate(self.list(key))]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,11 +184,14 @@ class InputContract:
 
   def __post_init__(self):
     if self.kind == "range":
+      _check(_is_finite(self.low) and _is_finite(self.high),
+             f"input range [{self.low}, {self.high}] must be finite")
       if not self.high > self.low:
         raise ValueError(f"input range needs high > low, got [{self.low}, {self.high}]")
     elif self.kind == "normalize":
       if len(self.mean) != len(self.std) or not self.mean:
         raise ValueError("normalize needs mean and std of the same (non-zero) length")
+      _check(all(map(_is_finite, self.mean + self.std)), "mean and std must be finite")
       if any(s <= 0 for s in self.std):
         raise ValueError("normalize std must be > 0")
     else:
@@ -79,14 +212,19 @@ class InputContract:
             "pixel_to_float": "(pixel/255 - mean[c]) / std[c]"}
 
   @classmethod
-  def from_json(cls, data: dict) -> "InputContract":
-    if data.get("kind") == "range":
-      return cls("range", low=float(data["low"]), high=float(data["high"]))
-    if data.get("kind") == "normalize":
-      return cls("normalize", mean=tuple(float(v) for v in data["mean"]),
-                 std=tuple(float(v) for v in data["std"]))
-    raise ValueError(f"input contract kind must be 'range' or 'normalize', not"
-                     f" {data.get('kind')!r}")
+  def from_json(cls, f: "_Fields") -> "InputContract":
+    kind = f.str("kind")
+    if kind == "range":
+      f = _Fields(f.data, f.where, ("kind", "low", "high", "pixel_to_float"))
+      return f.make(cls, kind=kind, low=f.float("low"), high=f.float("high"))
+    f = _Fields(f.data, f.where, ("kind", "mean", "std", "pixel_to_float"))
+    mean, std = f.list("mean"), f.list("std")
+    for key, values in (("mean", mean), ("std", std)):
+      for i, v in enumerate(values):
+        if not _is_finite(v):
+          f.fail(f"{key}[{i}]", f"must be a number, not {_json_type(v)}")
+    return f.make(cls, kind=kind, mean=tuple(map(float, mean)),
+                  std=tuple(map(float, std)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,12 +233,23 @@ class TensorQuant:
   scale: float
   zero_point: int
 
+  def __post_init__(self):
+    _check(_is_finite(self.scale) and self.scale > 0,
+           f"scale must be a finite number > 0, not {self.scale}")
+    _check(_is_int(self.zero_point) and -128 <= self.zero_point <= 127,
+           f"zero_point must be an int8 integer in [-128, 127], not {self.zero_point}")
+
   def to_json(self) -> dict:
     return {"scale": self.scale, "zero_point": self.zero_point}
 
   @classmethod
-  def from_json(cls, data: dict) -> "TensorQuant":
-    return cls(float(data["scale"]), int(data["zero_point"]))
+  def from_json(cls, f: "_Fields") -> "TensorQuant":
+    f = _Fields(f.data, f.where, ("scale", "zero_point"))
+    return f.make(cls, scale=f.float("scale"), zero_point=f.int("zero_point"))
+
+  def same_as(self, scale: float, zero_point: int) -> bool:
+    """Equal to the model's (float32) scale and zero point."""
+    return np.float32(self.scale) == np.float32(scale) and self.zero_point == zero_point
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +267,25 @@ class SiteRecord:
   input_quant: TensorQuant
   output_quant: TensorQuant
   preact_saturated_fraction: float
+
+  def __post_init__(self):
+    for name in ("name", "conv", "input_tensor", "output_tensor"):
+      _check(isinstance(getattr(self, name), str) and getattr(self, name),
+             f"{name} must be a non-empty string")
+    _check(self.kind in SITE_KINDS, f"kind must be one of {', '.join(SITE_KINDS)},"
+           f" not {self.kind!r}")
+    _check(_is_int(self.op_index) and 0 <= self.op_index <= _INT32_MAX,
+           f"op_index must be an integer in [0, 2^31 - 1], not {self.op_index}")
+    _check(_is_int(self.channels) and 1 <= self.channels <= _MAX_CHANNELS,
+           f"channels must be an integer in [1, {_MAX_CHANNELS}], not {self.channels}")
+    # A BN epsilon is 1e-5..1e-3 in practice; 1 is far beyond any trained BN.
+    _check(_is_finite(self.bn_eps) and 0 < self.bn_eps <= 1,
+           f"bn_eps must be a finite number in (0, 1], not {self.bn_eps}")
+    _check(_is_finite(self.preact_saturated_fraction)
+           and 0 <= self.preact_saturated_fraction <= 1,
+           "preact_saturated_fraction must be a finite number in [0, 1], not"
+           f" {self.preact_saturated_fraction}")
+    _check(isinstance(self.options, RecalibOptions), "options must be RecalibOptions")
 
   @property
   def state_bytes(self) -> int:
@@ -144,14 +312,43 @@ class SiteRecord:
             "memory": self.memory.to_json()}
 
   @classmethod
-  def from_json(cls, d: dict) -> "SiteRecord":
-    return cls(name=d["name"], conv=d["conv"], kind=d["kind"], op_index=int(d["op_index"]),
-               channels=int(d["channels"]), bn_eps=float(d["bn_eps"]),
-               options=RecalibOptions.from_json(d["options"]),
-               input_tensor=d["input_tensor"], output_tensor=d["output_tensor"],
-               input_quant=TensorQuant.from_json(d["input_quantization"]),
-               output_quant=TensorQuant.from_json(d["output_quantization"]),
-               preact_saturated_fraction=float(d["preact_saturated_fraction"]))
+  def from_json(cls, f: "_Fields") -> "SiteRecord":
+    options = f.obj("options")
+    try:
+      recalib = RecalibOptions.from_json(options.data)
+    except (TypeError, ValueError) as e:
+      f.fail("options", str(e))
+    return f.make(cls, name=f.str("name"), conv=f.str("conv"), kind=f.str("kind"),
+                  op_index=f.int("op_index"), channels=f.int("channels"),
+                  bn_eps=f.float("bn_eps"), options=recalib,
+                  input_tensor=f.str("input_tensor"), output_tensor=f.str("output_tensor"),
+                  input_quant=TensorQuant.from_json(f.obj("input_quantization")),
+                  output_quant=TensorQuant.from_json(f.obj("output_quantization")),
+                  preact_saturated_fraction=f.float("preact_saturated_fraction"))
+
+
+def _derived(f: "_Fields", written: dict, keys) -> None:
+  """Fields written for people and firmware budgets (derived): absent, or exactly
+  what the rest of the manifest gives."""
+  for key in keys:
+    if key in f.data:
+      where, got, want = _first_difference(key, f.data[key], written[key])
+      if where is not None:
+        f.fail(where, f"is {json.dumps(got)[:60]}, but the manifest's sites give"
+               f" {json.dumps(want)[:60]}")
+
+
+def _first_difference(key: str, got, want):
+  """(path, got, want) of the first value where `got` differs from `want` (ours, a
+  few levels deep); (None, ..) when equal."""
+  if isinstance(want, dict) and isinstance(got, dict) and set(got) == set(want):
+    for k in want:
+      found = _first_difference(f"{key}.{k}", got[k], want[k])
+      if found[0] is not None:
+        return found
+    return None, got, want
+  same = type(got) is type(want) and got == want
+  return (None if same else key), got, want
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,6 +367,32 @@ class Manifest:
   # The converter's parity gate (converter/parity.py): float model vs source, int8 vs
   # float; {} in manifests written before it existed.
   parity: dict = dataclasses.field(default_factory=dict)
+  # Where FORGE's clean targets came from: {"source": "recorded"} (the BN's beta and
+  # |gamma| at fold time) or {"source": "measured", "images": N} (an int8 .tflite's
+  # pre-activation moments on N clean calibration images); absent before: recorded.
+  targets: dict = dataclasses.field(default_factory=lambda: {"source": "recorded"})
+
+  def __post_init__(self):
+    _check(isinstance(self.model_sha256, str) and len(self.model_sha256) == 64
+           and all(c in "0123456789abcdef" for c in self.model_sha256),
+           "model_sha256 must be 64 lowercase hex digits")
+    _check(_is_int(self.model_bytes) and 1 <= self.model_bytes <= _INT32_MAX,
+           f"model_bytes must be an integer in [1, 2^31 - 1], not {self.model_bytes}")
+    for name in ("source", "calibration", "parity", "targets"):
+      _check(isinstance(getattr(self, name), dict), f"{name} must be a dict")
+    _check(isinstance(self.command, str), "command must be a string")
+    _check(all(isinstance(n, str) and n for n in self.bn_sites_found)
+           and len(set(self.bn_sites_found)) == len(self.bn_sites_found),
+           "bn_sites_found must be distinct non-empty names")
+    names = [s.name for s in self.sites]
+    _check(len(set(names)) == len(names),
+           f"sites: name {next((n for n in names if names.count(n) > 1), '')!r} twice")
+    order = [s.op_index for s in self.sites]
+    _check(order == sorted(set(order)), f"sites must be in the model's operator order"
+           f" (each op once), not ops {order[:8]}")
+    unfound = [n for n in names if n not in self.bn_sites_found]
+    _check(not unfound, f"site {unfound[:1]} is not among bn_sites_found")
+    _check_targets(self.targets)
 
   @property
   def channels(self) -> int:
@@ -224,6 +447,7 @@ class Manifest:
         "bn_sites_found": list(self.bn_sites_found),
         "sites": [s.to_json() for s in self.sites],
         "parity": dict(self.parity),
+        "targets": dict(self.targets),
         "totals": {"sites": len(self.sites), "channels": self.channels,
                    "state_bytes_sram": self.state_bytes,
                    "target_bytes_flash": self.target_bytes,
@@ -234,25 +458,55 @@ class Manifest:
     return (json.dumps(self.to_json(), indent=2) + "\n").encode()
 
   @classmethod
-  def from_json(cls, d: dict) -> "Manifest":
+  def from_json(cls, d) -> "Manifest":
+    """The manifest of JSON `d`, every field checked (types here, values by the
+    dataclasses); ArtifactError naming the field otherwise. What the model states
+    (channels, options, tensors, quantization) is checked by Artifact.load."""
     version = d.get("manifest_version") if isinstance(d, dict) else None
-    if version != SCHEMA_VERSION:
-      raise ArtifactError(f"manifest version {version} is not {SCHEMA_VERSION}, the one"
-                          " this forge_tflm reads: re-run forge_tflm convert")
-    try:
-      return cls(model_sha256=d["model_sha256"], model_bytes=int(d["model_bytes"]),
-                 source=dict(d["source"]), command=d["command"],
-                 input_contract=InputContract.from_json(d["input"]["contract"]),
-                 input_quant=TensorQuant.from_json(d["input"]["quantization"]),
-                 output_quant=TensorQuant.from_json(d["output"]["quantization"]),
-                 calibration=dict(d["calibration"]),
-                 bn_sites_found=tuple(d["bn_sites_found"]),
-                 sites=tuple(SiteRecord.from_json(s) for s in d["sites"]),
-                 parity=dict(d.get("parity", {})))
-    except ArtifactError:
-      raise
-    except (KeyError, TypeError, ValueError) as e:
-      raise ArtifactError(f"malformed manifest: {type(e).__name__}: {e}") from e
+    if type(version) is not int or version != SCHEMA_VERSION:
+      raise ArtifactError(f"manifest version {str(version)[:20]} is not {SCHEMA_VERSION},"
+                          " the one this forge_tflm reads: re-run forge_tflm convert")
+    f = _Fields(d, "", _TOP_LEVEL)
+    io = {k: f.obj(k, keys) for k, keys in (("input", ("contract", "quantization", "dtype")),
+                                            ("output", ("quantization", "dtype")))}
+    for part in io.values():
+      if part.str("dtype") != "int8":
+        part.fail("dtype", f"must be 'int8', not {part.data['dtype'][:20]!r}")
+    source = f.obj("source")
+    for key in ("path", "sha256", "frontend"):
+      source.str(key, empty=True)
+    targets = f.obj("targets", ("source", "images"), default={"source": "recorded"})
+    manifest = f.make(
+        cls, model_sha256=f.str("model_sha256"), model_bytes=f.int("model_bytes"),
+        source=dict(source.data), command=f.str("command", empty=True),
+        input_contract=InputContract.from_json(io["input"].obj("contract")),
+        input_quant=TensorQuant.from_json(io["input"].obj("quantization")),
+        output_quant=TensorQuant.from_json(io["output"].obj("quantization")),
+        calibration=dict(f.obj("calibration").data), bn_sites_found=f.names("bn_sites_found"),
+        sites=tuple(SiteRecord.from_json(s) for s in f.each("sites", _SITE_KEYS)),
+        parity=dict(f.obj("parity", default={}).data),
+        targets={"source": targets.str("source"),
+                 **({"images": targets.int("images")} if "images" in targets.data else {})})
+    return manifest
+
+  def check_derived(self, d: dict) -> None:
+    """The fields derived from the others (memory, bytes, totals: written for people
+    and firmware budgets) are absent from JSON `d` or exactly what this manifest
+    gives; checked after the model's checks, whose messages say more."""
+    f, written = _Fields(d, ""), self.to_json()
+    for k, (site, ours) in enumerate(zip(f.each("sites"), written["sites"])):
+      _derived(site, ours, ("state_bytes", "target_bytes", "memory"))
+    _derived(f, written, ("totals",))
+
+
+def _check_targets(targets: dict) -> None:
+  """{"source": "recorded"} or {"source": "measured", "images": N >= 1}."""
+  source, images = targets.get("source"), targets.get("images")
+  _check(source in TARGET_SOURCES and set(targets) <= {"source", "images"},
+         f"targets must be {{'source': one of {', '.join(TARGET_SOURCES)}}}")
+  if source == "measured" or images is not None:
+    _check(_is_int(images) and 1 <= images <= _INT32_MAX,
+           f"targets: images must be an integer >= 1 with source {source!r}, not {images}")
 
 
 def manifest_path(tflite_path: str) -> str:
@@ -290,24 +544,39 @@ class Artifact:
 
     with open(path, "rb") as f:
       model = f.read()
-    check_model(model, path)
+    parsed = check_model(model, path)
     mpath = manifest_path(path)
     manifest = None
     if os.path.exists(mpath):
-      try:
-        with open(mpath) as f:
-          data = json.load(f)
-      except json.JSONDecodeError as e:
-        raise ArtifactError(f"{mpath}: not JSON ({e})") from e
-      except UnicodeDecodeError as e:
-        raise ArtifactError(f"{mpath}: not JSON (not UTF-8 text)") from e
-      try:
-        manifest = Manifest.from_json(data)
-      except ArtifactError as e:
-        raise ArtifactError(f"{mpath}: {e}") from e
-      if manifest.model_sha256 != hashlib.sha256(model).hexdigest():
-        raise ArtifactError(f"manifest {mpath} is for another model (sha256 mismatch)")
+      manifest = load_manifest(mpath, model, parsed)
     elif require_manifest:
       raise ArtifactError(f"{path} has no manifest ({mpath}): convert it with"
                           " forge_tflm convert")
     return cls(path, model, manifest)
+
+
+def load_manifest(mpath: str, model: bytes, parsed) -> Manifest:
+  """The manifest in file `mpath` of `model` (`parsed`: check_model's result): strict
+  JSON, the schema, then every field the model states checked against the model;
+  one-line ArtifactError naming the file and the field otherwise."""
+  from forge_tflm.fileio import JSONFileError, load_json
+  from forge_tflm.model_check import check_manifest
+
+  try:
+    data = load_json(mpath)
+    manifest = Manifest.from_json(data)
+  except JSONFileError as e:
+    raise ArtifactError(str(e)) from None
+  except ArtifactError as e:
+    raise ArtifactError(f"{mpath}: malformed manifest: {e}") from None
+  if manifest.model_sha256 != hashlib.sha256(model).hexdigest():
+    raise ArtifactError(f"manifest {mpath} is for another model (sha256 mismatch)")
+  try:
+    check_manifest(manifest, parsed, len(model))
+  except ArtifactError as e:
+    raise ArtifactError(f"{mpath}: manifest contradicts the model: {e}") from None
+  try:
+    manifest.check_derived(data)
+  except ArtifactError as e:
+    raise ArtifactError(f"{mpath}: malformed manifest: {e}") from None
+  return manifest

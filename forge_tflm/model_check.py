@@ -1028,3 +1028,80 @@ def check_model(data: bytes, source: str = "model", host_ops=()) -> "schema.Mode
   checker.check_model()
   checker.check_graph()
   return checker.model
+
+
+# -- the manifest against its model -----------------------------------------------------
+
+_CONV_KINDS = {"CONV_2D": "conv", "DEPTHWISE_CONV_2D": "depthwise"}
+
+
+def _show(value) -> str:
+  return "absent" if value is None else _printable(value, 40) if isinstance(
+      value, str) else f"{value:.9g}" if isinstance(value, float) else str(value)
+
+
+def check_manifest(manifest, model: "schema.ModelT", model_bytes: int) -> None:
+  """Every manifest field the model states is the model's (`model`: check_model's
+  result): its size, input and output quantization, the contract's channels, and per
+  site the FORGE operator (op_index), its channels, options, tensors, quantization and
+  the kind of conv feeding it; every FORGE operator has its site. ArtifactError
+  naming the field otherwise, so no tool acts on a field the model contradicts."""
+  sg = model.subgraphs[0]
+
+  def fail(field, value, truth):
+    raise ArtifactError(" ".join(f"field {field} is {value}, but {truth}".split()))
+
+  if manifest.model_bytes != model_bytes:
+    fail("model_bytes", manifest.model_bytes, f"the model has {model_bytes} bytes")
+  for field, t, q in (("input.quantization", sg.inputs[0], manifest.input_quant),
+                      ("output.quantization", sg.outputs[0], manifest.output_quant)):
+    _same_quant(fail, field, q, sg.tensors[t], f"the model's {field.split('.')[0]}")
+  contract = manifest.input_contract
+  channels_in = int(np.asarray(sg.tensors[sg.inputs[0]].shape).ravel()[-1])
+  if contract.kind == "normalize" and len(contract.mean) not in (1, channels_in):
+    fail("input.contract.mean", f"{len(contract.mean)} values",
+         f"the model input has {channels_in} channels")
+  forge = [i for i, op in enumerate(sg.operators)
+           if tg.is_custom(model, op) and tg.op_name(model, op) == tg.FORGE_RECALIB]
+  for k, site in enumerate(manifest.sites):
+    if site.op_index not in forge:
+      fail(f"sites[{k}].op_index", site.op_index, f"the model's {tg.FORGE_RECALIB}"
+           f" operators are {forge[:8]}")
+    _check_site(fail, f"sites[{k}]", site, model, forge_node(model, site.op_index))
+  missing = sorted(set(forge) - {s.op_index for s in manifest.sites})
+  if missing:
+    fail("sites", f"without operator {missing[0]}",
+         f"it is one of the model's {tg.FORGE_RECALIB} operators")
+
+
+def _same_quant(fail, field, quant, tensor, what) -> None:
+  scale, zero = tg.per_tensor_quant(tensor)
+  if not quant.same_as(scale, zero):
+    fail(field, f"scale {quant.scale:.9g}, zero point {quant.zero_point}",
+         f"{what} tensor {_printable(tg.tensor_name(tensor))} has {scale:.9g},"
+         f" {zero}")
+
+
+def _check_site(fail, where, site, model, spec: ForgeNodeSpec) -> None:
+  sg = model.subgraphs[0]
+  op = f"operator {spec.op_index}"
+  if site.channels != spec.beta.shape[0]:
+    fail(f"{where}.channels", site.channels, f"{op} has {spec.beta.shape[0]} channels")
+  for name in (f.name for f in dataclasses.fields(spec.options)):
+    ours, theirs = getattr(site.options, name), getattr(spec.options, name)
+    if ours != theirs:
+      fail(f"{where}.options.{name}", _show(ours), f"{op}'s options have {_show(theirs)}")
+  for field, t, quant in (("input", spec.input, site.input_quant),
+                          ("output", spec.output, site.output_quant)):
+    name = tg.tensor_name(sg.tensors[t])
+    if getattr(site, f"{field}_tensor") != name:
+      fail(f"{where}.{field}_tensor", _printable(getattr(site, f"{field}_tensor")),
+           f"{op}'s {field} is tensor {_printable(name)}")
+    _same_quant(fail, f"{where}.{field}_quantization", quant, sg.tensors[t],
+                f"{op}'s {field}")
+  producer = next((o for o in sg.operators
+                   if o.outputs is not None and spec.input in list(o.outputs)), None)
+  kind = None if producer is None else _CONV_KINDS.get(tg.op_name(model, producer))
+  if site.kind != kind:
+    fail(f"{where}.kind", _printable(site.kind), f"{op}'s input is written by"
+         f" {tg.op_name(model, producer) if producer is not None else 'no operator'}")

@@ -2,12 +2,16 @@
 before any work."""
 
 import os
+import signal
 import stat
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from forge_tflm import fileio
+from tests.conftest import REPO_ROOT
 
 
 @pytest.fixture
@@ -89,3 +93,73 @@ def test_check_output_dir_refuses_an_unwritable_filesystem():
     pytest.skip("needs /proc")
   with pytest.raises(OSError, match="/proc/self/out"):
     fileio.check_output_dir("/proc/self/out", "--output_dir")
+
+
+# -- issue 34: convert's model file checked before TensorFlow; no temporary left ------
+
+_CHECK_THEN_MODULES = """
+import sys
+from forge_tflm.cli import main as cli
+code = cli.main(["forge_tflm", "convert", "--model=" + sys.argv[1],
+                 "--output=" + sys.argv[2]])
+print(code, "tensorflow" in sys.modules, "keras" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("name, data, message", [
+    ("empty.keras", b"", "is empty"),
+    ("model.keras", b"\x89HDF\r\n\x1a\n" + bytes(64), "is not a Keras zip archive"),
+    ("model.h5", b"PK\x03\x04" + bytes(64), "is not an HDF5 file"),
+    ("model.onnx", b"{\"not\": \"protobuf\"}", "is not an ONNX protobuf"),
+    ("model.tflite", bytes(64), "is not a TFLite flatbuffer"),
+    ("model.pt", b"PK\x03\x04" + bytes(64), "unknown model format '.pt'"),
+])
+def test_convert_refuses_a_bad_model_file_before_tensorflow(tmp_path, name, data,
+                                                            message):
+  """Issue 34: an empty file was refused only after TensorFlow loaded (33-45 s)."""
+  model = tmp_path / name
+  model.write_bytes(data)
+  result = subprocess.run([sys.executable, "-c", _CHECK_THEN_MODULES, str(model),
+                           str(tmp_path / "out.tflite")], capture_output=True, text=True,
+                          cwd=REPO_ROOT, timeout=300)
+  assert result.stdout.split() == ["1", "False", "False"], result
+  errors = [l for l in result.stderr.splitlines() if l.startswith("forge_tflm")]
+  assert len(errors) == 1 and message in errors[0] and str(model) in errors[0], result
+
+
+@pytest.mark.parametrize("name, head", [
+    ("m.keras", b"PK\x03\x04"), ("m.h5", b"\x89HDF\r\n\x1a\n"), ("m.onnx", b"\x08\x07\x12"),
+    ("m.tflite", b"\x1c\x00\x00\x00TFL3"), ("M.KERAS", b"PK\x03\x04")])
+def test_model_files_of_each_format_pass_the_check(tmp_path, name, head):
+  path = tmp_path / name
+  path.write_bytes(head + bytes(64))
+  assert fileio.check_model_file(str(path), "--model") == os.path.splitext(name)[1].lower()
+
+
+_SLOW_WRITE = """
+import os, sys, time
+from forge_tflm import fileio
+real = fileio._write_file
+def slow(path, data):
+  real(path, data)
+  print("writing", flush=True)
+  time.sleep(60)
+fileio._write_file = slow
+fileio.write_atomically({os.path.join(sys.argv[1], "m.tflite"): b"model",
+                         os.path.join(sys.argv[1], "m.json"): b"{}"})
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_write_killed_midway_leaves_no_temporary(tmp_path, sig):
+  """Issue 34: `convert` killed during its final write left .forge_tmp_*.tmp files
+  (the whole model and a partial manifest) in the output directory."""
+  proc = subprocess.Popen([sys.executable, "-c", _SLOW_WRITE, str(tmp_path)],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          cwd=REPO_ROOT)
+  assert proc.stdout.readline() == "writing\n"
+  assert [n for n in os.listdir(tmp_path) if n.startswith(".forge_tmp_")]
+  proc.send_signal(sig)
+  proc.wait(timeout=60)
+  assert proc.returncode != 0
+  assert os.listdir(tmp_path) == [], proc.stderr.read()

@@ -1,16 +1,17 @@
-"""Convert a float Keras (.keras) or ONNX (.onnx) model into a full-int8 .tflite
-with FORGE_RECALIB.
+"""Convert a float Keras (.keras, .h5) or ONNX (.onnx) model, or a full-int8 .tflite,
+into a full-int8 .tflite with FORGE_RECALIB.
 
-Finds every Conv->BN(->ReLU/ReLU6) site, converts to full int8 with
-TFLiteConverter (BN folded, per-channel weights, int8 input/output) calibrated on
-training images, and inserts FORGE_RECALIB after the selected convs. Writes
+From a float model: finds every Conv->BN(->ReLU/ReLU6) site, records the BN's targets,
+converts to full int8 with TFLiteConverter (BN folded, per-channel weights, int8
+input/output) calibrated on training images. From an int8 .tflite: every conv is a
+site and its targets are measured on the calibration images. Then inserts
+FORGE_RECALIB after the selected convs. Writes
 OUTPUT (.tflite), OUTPUT's stem + .json (the manifest) and, with --c_array, a C
 array for firmware. Outputs appear together or not at all.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from absl import flags
 
@@ -20,8 +21,9 @@ from forge_tflm.cli.recalib_flags import define_recalib_flags, recalib_flag_valu
 def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
   from forge_tflm.converter.options import ConvertOptions
   d = ConvertOptions()
-  flags.DEFINE_string("model", None, "Float model: .keras, or .onnx with its"
-                      " BatchNormalization nodes kept (see README).", flag_values=fv,
+  flags.DEFINE_string("model", None, "Float model (.keras, legacy .h5, or .onnx with its"
+                      " BatchNormalization nodes kept), or the full-int8 .tflite you ship"
+                      " (targets measured on the calibration images).", flag_values=fv,
                       required=True)
   flags.DEFINE_string("output", None, "Output .tflite path.", flag_values=fv, required=True)
   flags.DEFINE_enum("dataset", "cifar10", ["cifar10", "cifar100", "tiny_imagenet"],
@@ -61,6 +63,10 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
                      flag_values=fv)
   flags.DEFINE_integer("parity_images", d.parity_images, "Calibration images the gate"
                        " compares on.", lower_bound=1, flag_values=fv)
+  flags.DEFINE_float("source_agreement", d.source_agreement, "From an int8 .tflite: the"
+                     " least top-1 agreement of the artifact in source mode with the input"
+                     " model on the calibration images.", lower_bound=0.0, upper_bound=1.0,
+                     flag_values=fv)
   flags.DEFINE_integer("class_images", d.class_images, "0, or labelled calibration images"
                        " whose class means give every site class-balanced statistics"
                        " (the defence against label-correlated streams).", lower_bound=0,
@@ -79,12 +85,8 @@ def parse_sites(value: str):
   if value in ("all", "none"):
     return value
   if value.startswith("@"):
-    with open(value[1:]) as f:
-      data = json.load(f)
-    names = data.get("sites") if isinstance(data, dict) else data
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-      raise ValueError(f"{value[1:]}: expected a JSON list of site names or {{'sites': [...]}}")
-    return tuple(names)
+    from forge_tflm.converter.select import read_sites_file
+    return read_sites_file(value[1:])
   names = tuple(n.strip() for n in value.split(",") if n.strip())
   if not names:
     raise ValueError("--sites is empty")
@@ -113,12 +115,12 @@ def run(fv: flags.FlagValues, command: str) -> int:
       calibration_size=fv.calibration_size, preact_range=fv.preact_range,
       c_array=fv.c_array, parity_check=fv.parity_check,
       parity_tolerance=fv.parity_tolerance, parity_images=fv.parity_images,
-      class_images=fv.class_images, class_margin=fv.class_margin,
+      source_agreement=fv.source_agreement, class_images=fv.class_images, class_margin=fv.class_margin,
       class_guard=fv.class_guard)
   # Inputs and outputs next, still before TensorFlow loads (~10 s).
   from forge_tflm.converter import outputs
-  from forge_tflm.fileio import check_input_file
-  check_input_file(fv.model, "--model")
+  from forge_tflm.fileio import check_model_file
+  check_model_file(fv.model, "--model")  # Exists, and its first bytes fit its extension.
   if fv.data_dir is not None and not os.path.exists(fv.data_dir):
     raise ValueError(f"--data_dir {fv.data_dir!r} does not exist")
   outputs.check_output_paths(outputs.output_paths(fv.output, fv.c_array, fv.plain_output),
@@ -136,6 +138,14 @@ def run(fv: flags.FlagValues, command: str) -> int:
         f" {m.channels} channels, {m.state_bytes} B state (SRAM),"
         f" {m.target_bytes} B targets (flash), {result.seconds:.1f} s")
   p = m.parity
+  if "source_mode_vs_input" in p:
+    q = p["source_mode_vs_input"]
+    print(f"targets measured on {m.targets.get('images')} images; source mode vs the input"
+          f" model on {p['images']} images: top-1 agreement {100 * q['top1_agreement']:.1f}%,"
+          f" largest output difference {q['max_output_difference']:.3g}")
+    return 0
+  if not p:
+    return 0
   print(f"parity on {p['images']} images: float model vs source output error "
         f"{p['float_vs_source']['output_max_error']:.2g}, top-1 agreement "
         f"{100 * p['float_vs_source']['top1_agreement']:.1f}%; int8 vs float top-1 "

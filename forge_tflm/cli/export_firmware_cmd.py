@@ -8,6 +8,10 @@ expected.json (the evaluator at batch 1 in reference kernel mode with the same
 adaptation, what `forge_tflm verify-device` compares a device log with). The
 stream is the evaluator's: `forge_tflm eval --corruptions=C --severity=S
 --limit=N --seed=K` in ordering --ordering. The artifact must match its manifest.
+
+All or nothing: --output_dir is checked first (it may hold only an earlier export's
+files, as it is replaced whole), the new set is written into a fresh folder beside
+it and swapped in with one rename; on any failure nothing changes.
 """
 
 from __future__ import annotations

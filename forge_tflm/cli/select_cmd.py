@@ -66,6 +66,10 @@ def run(fv: flags.FlagValues, command: str) -> int:
                      " one); selection needs the site names")
   if not artifact.manifest.sites:
     raise ValueError(f"--artifact={fv.artifact} has no FORGE sites to select from")
+  try:
+    config.check_sites([s.name for s in artifact.manifest.sites])
+  except ValueError as e:
+    raise ValueError(f"--k: {e}") from None
   if fv.data_dir and not os.path.exists(fv.data_dir):
     raise ValueError(f"--data_dir {fv.data_dir!r} does not exist")
   checks.check_output_dir(os.path.dirname(os.path.abspath(fv.output)), "--output")

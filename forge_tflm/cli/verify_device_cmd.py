@@ -5,9 +5,14 @@ on any target (an ESP32-S3 serial capture, e.g. `idf.py monitor | tee log.txt`, 
 the host / Cortex-M output); --expected is the expected.json (or the folder) that
 `forge_tflm export-firmware` wrote for the same firmware. Reports bit-exactness image
 by image (first divergence), accuracy with and without FORGE, time per image and
-per operator. With --ppk2=CSV (the Power Profiler app's export with the digital
-channels) it integrates energy per phase between the app's GPIO markers and prints
-the paper's Table 10 layout. Exit status 0 only when every image is bit-exact.
+per operator. Every value the device prints that the host predicts is compared
+(predictions, logits, checksums, the gate's path and decisions, the header); any
+difference makes the verdict NOT VERIFIED, naming the image or line and the field.
+With --ppk2=CSV (the Power Profiler app's export with the digital channels) it
+integrates energy per phase between the app's GPIO markers and prints the paper's
+Table 10 layout; a sample that is not finite, a negative current or a time that does
+not increase is refused with its line. Exit status 0 only when every image is
+bit-exact.
 """
 
 from __future__ import annotations
@@ -41,23 +46,31 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
 def run(fv: flags.FlagValues, command: str) -> int:
   from forge_tflm.deploy import ppk2
   from forge_tflm.deploy.export import load_expected
-  from forge_tflm.deploy.verify import verify
+  from forge_tflm.deploy.verify import decode_log, verify
 
   if not fv.log:
     raise ValueError("which log? forge_tflm verify-device LOG --expected=DIR")
   try:
-    with open(fv.log, errors="replace") as f:
-      text = f.read()
+    with open(fv.log, "rb") as f:
+      text = decode_log(f.read())
   except OSError as e:
     raise ValueError(f"cannot read {fv.log}: {e.strerror}") from e
-  result = verify(text, load_expected(fv.expected))
+  expected = load_expected(fv.expected)
+  try:
+    result = verify(text, expected)
+  except ValueError as e:  # The log's problem: name the file.
+    raise ValueError(f"{fv.log}: {e}") from e
   report = result.markdown()
   energy = None
   if fv.ppk2:
     if fv.ppk2_inference_channel == fv.ppk2_forge_channel:
       raise ValueError("--ppk2_inference_channel and --ppk2_forge_channel must differ")
-    pe = ppk2.phase_energy(ppk2.read_capture(fv.ppk2), fv.ppk2_voltage,
-                           fv.ppk2_inference_channel, fv.ppk2_forge_channel)
+    capture = ppk2.read_capture(fv.ppk2)
+    try:
+      pe = ppk2.phase_energy(capture, fv.ppk2_voltage, fv.ppk2_inference_channel,
+                             fv.ppk2_forge_channel)
+    except ValueError as e:
+      raise ValueError(f"{fv.ppk2}: {e}") from e
     report += "\n" + ppk2.table10(pe) + "\n"
     if len(pe.total_j) != result.images_logged:
       report += (f"\nnote: the capture holds {len(pe.total_j)} inference pulses, the log "

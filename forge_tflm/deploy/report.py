@@ -1,30 +1,162 @@
 """Parses the lines the application core prints (esp32s3_app/core/forge_app.h).
 
 Lines that are not records (boot logs, MicroPrintf) are ignored, so a serial
-console capture parses as it is.
+console capture parses as it is. A record is a line whose first word is a record
+kind and which has key=value fields; each kind's fields and their types are in
+SCHEMA (what forge_app.cc prints), and a record with a missing, unknown, repeated
+or out-of-range field is `malformed` (line number, reason naming the field), never
+a partial value or an exception. A board reset after the app started (a boot or
+panic banner, a second `forge_app` header) ends the run: what follows is listed in
+`resets` and not parsed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 
-RECORDS = ("forge_app", "op", "mem", "img", "gate", "tensor", "cost", "cost_type", "done",
-           "error")
+# A dumped tensor larger than this is not an int8 activation of a model a
+# microcontroller runs (the ESP32-S3 addresses at most 32 MiB of PSRAM).
+MAX_TENSOR_BYTES = 1 << 26
+# ESP-IDF / ROM lines that mean the chip restarted or crashed.
+RESET_BANNER = re.compile(r"(rst:0x[0-9a-f]+|ESP-ROM:|ets [A-Z][a-z]{2} +\d|Rebooting\.\.\."
+                          r"|Guru Meditation Error|abort\(\) was called|Backtrace:)")
 
 
-def _fields(line: str) -> tuple[str, dict[str, str]] | None:
-  parts = line.strip().split()
-  if not parts or parts[0] not in RECORDS:
+# Numbers as the app prints them (%lu, %d, %08lx): one spelling per value, so that a
+# record verifies only if it is the expected text.
+_DECIMAL = re.compile(r"0|-?[1-9][0-9]{0,19}")
+_HEX32 = re.compile(r"[0-9a-f]{8}")
+
+
+def _uint(bits: int):
+  def parse(v: str) -> int:
+    if not _DECIMAL.fullmatch(v) or not 0 <= int(v) < 1 << bits:
+      raise ValueError(f"{v[:40]!r} is not an unsigned {bits}-bit integer")
+    return int(v)
+  return parse
+
+
+def _int(lo: int, hi: int):
+  def parse(v: str) -> int:
+    if not _DECIMAL.fullmatch(v) or not lo <= int(v) <= hi:
+      raise ValueError(f"{v[:40]!r} is not an integer in [{lo}, {hi}]")
+    return int(v)
+  return parse
+
+
+_INT8 = _int(-128, 127)
+
+
+def _int8_list(v: str) -> list[int]:
+  return [_INT8(x) for x in v.split(",")] if v else []
+
+
+def _hex32_list(v: str) -> list[int]:
+  """Checksums, as the app prints them (%08lx): exactly 8 hex digits each."""
+  out = []
+  for x in (v.split(",") if v else []):
+    if not _HEX32.fullmatch(x):
+      raise ValueError(f"{x[:40]!r} is not a 32-bit checksum (8 hex digits)")
+    out.append(int(x, 16))
+  return out
+
+
+def _one_of(*values: str):
+  def parse(v: str) -> str:
+    if v not in values:
+      raise ValueError(f"{v[:40]!r} is not one of {'/'.join(values)}")
+    return v
+  return parse
+
+
+def _name(v: str) -> str:
+  if not 0 < len(v) <= 128:  # A builtin's name, a custom code or "?".
+    raise ValueError(f"{v[:40]!r} is not an operator name")
+  return v
+
+
+def _shape(v: str) -> str:
+  """AddShape's dims joined by x (a scalar prints none)."""
+  if not re.fullmatch(r"([0-9]{1,9}(x[0-9]{1,9}){0,7})?", v):
+    raise ValueError(f"{v[:40]!r} is not a shape like 1x32x32x3")
+  return v
+
+
+def _tensor_bytes(v: str) -> int:
+  n = _uint(64)(v)
+  if not 0 < n <= MAX_TENSOR_BYTES:
+    raise ValueError(f"{n} is not a tensor size in (0, {MAX_TENSOR_BYTES}]")
+  return n
+
+
+U32, U64, I32 = _uint(32), _uint(64), _int(-(1 << 31), (1 << 31) - 1)
+OPTIONAL = "?"  # A key ending in it may be absent.
+# What forge_app.cc prints, record by record: field -> parser ("error": free text).
+SCHEMA = {
+    "forge_app": {"version": U32, "model_bytes": U64, "ops": U32, "forge_ops": U32,
+                  "input": _shape, "input_bytes": U64, "output": _shape, "clock_hz": U64,
+                  "mode": _one_of("adapt", "frozen", "gated"),
+                  "trace": _one_of("none", "forge", "all"), "fc_guard?": U32},
+    "op": {"index": U32, "name": _name, "forge": _one_of("0", "1")},
+    "mem": {"arena_size": U64, "arena_used": U64, "forge_persistent": U64,
+            "forge_scratch": U64, "forge_state?": U64, "states?": U32},
+    "img": {"index": U32, "pred": U32, "logits?": _int8_list, "ticks": U64,
+            "path?": _one_of("source", "adapt", "frozen"), "forge?": _hex32_list,
+            "state?": _hex32_list, "trace?": _hex32_list},
+    "gate": {"image": U32, "decision": _one_of("on", "off"), "score_e6": I32,
+             "autocorrelation_e6": I32, "autocorrelation_adapted_e6": I32},
+    "tensor": {"image": U32, "op": U32, "offset": U32, "bytes": _tensor_bytes,
+               "values": _int8_list},
+    "cost": {"index": U32, "name": _name, "calls": U64, "ticks": U64},
+    "cost_type": {"name": _name, "ops": U32, "ticks": U64},
+    "done": {"images": U64, "status": _one_of("ok", "error"), "ticks": U64},
+    "error": None,
+}
+RECORDS = tuple(SCHEMA)
+# SCHEMA as the parser walks it: kind -> [(field, parser, required)], and the names.
+_SPECS = {kind: [(k.rstrip(OPTIONAL), parse, not k.endswith(OPTIONAL))
+                 for k, parse in spec.items()] for kind, spec in SCHEMA.items() if spec}
+_KEYS = {kind: frozenset(name for name, _, _ in spec) for kind, spec in _SPECS.items()}
+
+
+def _split(line: str) -> tuple[str, list[str]] | None:
+  """(kind, its key=value words) for a record line; None for any other line."""
+  parts = line.split()
+  if not parts or parts[0] not in SCHEMA or not any("=" in p for p in parts[1:]):
     return None
-  fields = {}
-  for p in parts[1:]:
-    if "=" not in p:
-      return None
-    k, v = p.split("=", 1)
-    fields[k] = v
-  return parts[0], fields
+  return parts[0], parts[1:]
+
+
+def _fields(kind: str, words: list[str]) -> dict:
+  """The record's fields, parsed and checked against SCHEMA[kind] (ValueError naming
+  the field otherwise)."""
+  raw = {}
+  for w in words:
+    k, eq, v = w.partition("=")
+    if not eq:
+      raise ValueError(f"{w[:40]!r} is not key=value")
+    if k in raw:
+      raise ValueError(f"field {k!r} appears twice")
+    raw[k] = v
+  if kind not in _SPECS:
+    return raw
+  unknown = sorted(set(raw) - _KEYS[kind])
+  if unknown:
+    raise ValueError(f"unknown field {unknown[0][:40]!r}")
+  out = {}
+  for name, parse, required in _SPECS[kind]:
+    if name not in raw:
+      if required:
+        raise ValueError(f"no {name}= field")
+      continue
+    try:
+      out[name] = parse(raw[name])
+    except ValueError as e:
+      raise ValueError(f"{name}: {e}") from None
+  return out
 
 
 @dataclasses.dataclass
@@ -39,17 +171,25 @@ class AppRun:
   forge_checksums: np.ndarray | None  # uint32 [N, F]
   op_checksums: np.ndarray | None     # uint32 [N, K]
   state_checksums: np.ndarray | None  # uint32 [N, F]: FORGE state after each image
-  cost: list[dict]                # per op: name, calls, ticks
+  cost: list[dict]                # per op: index, name, calls, ticks
   cost_type: dict[str, dict]      # name -> ops, ticks
   done: dict
   errors: list[dict]
   tensors: dict = dataclasses.field(default_factory=dict)  # (image, op) -> int8 [bytes]
   # The gate (mode=gated): per image the pass whose logits it printed
   # (source/adapt/frozen), and each probe's decision: image, on, score, autocorrelation
-  # (the source path's and the adapting path's).
+  # (the source path's and the adapting path's), as printed (*_e6) and / 1e6.
   paths: list = dataclasses.field(default_factory=list)
   gate_decisions: list = dataclasses.field(default_factory=list)
-  malformed: list = dataclasses.field(default_factory=list)  # (line number, text)
+  malformed: list = dataclasses.field(default_factory=list)  # (line, reason, text)
+  # The N well-formed img records: their index= (0.. when none is malformed), their
+  # line, and how many img records the log has (well-formed or not).
+  indices: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+  lines: list = dataclasses.field(default_factory=list)
+  image_records: int = 0
+  op_lines: list = dataclasses.field(default_factory=list)  # (line, index, name, forge)
+  resets: list = dataclasses.field(default_factory=list)    # (line, text) after the header
+  header_line: int = 0
 
   @property
   def clock_hz(self) -> int:
@@ -60,52 +200,80 @@ class AppRun:
     return self.done.get("status") == "ok" and not self.errors
 
 
+class _Parser:
+  """Accumulates one run's records (see parse_app_output)."""
+
+  def __init__(self):
+    self.header, self.header_line, self.ops, self.mem, self.done = {}, 0, [], {}, {}
+    self.cost, self.cost_type, self.errors, self.images, self.decisions = [], {}, [], [], []
+    self.tensors, self.malformed, self.resets, self.image_records = {}, [], [], 0
+
+  def add(self, lineno: int, kind: str, f: dict) -> None:
+    if kind == "forge_app":
+      self.header, self.header_line = f, lineno
+    elif kind == "op":
+      if f["index"] != len(self.ops):
+        raise ValueError(f"index: op {f['index']} where {len(self.ops)} was expected")
+      self.ops.append((lineno, f["index"], f["name"], f["forge"] == "1"))
+    elif kind == "mem":
+      self.mem = f
+    elif kind == "img":
+      self.images.append(_image(f, self.images[0] if self.images else None, lineno,
+                                self.image_records - 1))
+    elif kind == "gate":
+      self.decisions.append(dict(f, line=lineno, on=f["decision"] == "on",
+                                 score=f["score_e6"] / 1e6,
+                                 autocorrelation=f["autocorrelation_e6"] / 1e6,
+                                 autocorrelation_adapted=f["autocorrelation_adapted_e6"] / 1e6))
+    elif kind == "tensor":
+      self._tensor(f)
+    elif kind == "cost":
+      self.cost.append(f)
+    elif kind == "cost_type":
+      self.cost_type[f["name"]] = {"ops": f["ops"], "ticks": f["ticks"]}
+    elif kind == "done":
+      if self.done:
+        raise ValueError(f"a second done line (the first at line {self.done['line']})")
+      self.done = dict(f, line=lineno)
+    elif kind == "error":
+      self.errors.append(f)
+
+  def _tensor(self, f: dict) -> None:
+    key, size, start = (f["image"], f["op"]), f["bytes"], f["offset"]
+    if start + len(f["values"]) > size:
+      raise ValueError(f"values: {len(f['values'])} values at offset {start} pass the "
+                       f"end of a {size}-byte tensor")
+    buf = self.tensors.setdefault(key, np.zeros(size, np.int8))
+    if len(buf) != size:
+      raise ValueError(f"bytes: {size}, an earlier record of this tensor said {len(buf)}")
+    buf[start:start + len(f["values"])] = f["values"]
+
+
 def parse_app_output(text: str) -> AppRun:
   """Parses a captured log; a record cut or garbled (a capture stopped mid-line) is
   listed in `malformed` instead of raising, and the records before it stand."""
-  header, ops, forge_ops, mem, cost, cost_type, done, errors = {}, [], [], {}, [], {}, {}, []
-  images: list[dict] = []
-  decisions: list[dict] = []
-  chunks: dict = {}
-  malformed = []
+  p = _Parser()
   for lineno, line in enumerate(text.splitlines(), 1):
-    rec = _fields(line)
+    if p.header and RESET_BANNER.search(line):
+      p.resets.append((lineno, line.strip()[:120]))
+    rec = _split(line)
     if rec is None:
       continue
-    kind, f = rec
+    if rec[0] == "forge_app" and p.header:
+      p.resets.append((lineno, line.strip()[:120]))
+    if p.resets:  # Another run (or none): only the first is compared.
+      break
+    if rec[0] == "img":
+      p.image_records += 1
     try:
-      if kind == "forge_app":
-        header = f
-      elif kind == "op":
-        ops.append(f["name"])
-        if f.get("forge") == "1":
-          forge_ops.append(int(f["index"]))
-      elif kind == "mem":
-        mem = {k: int(v) for k, v in f.items()}
-      elif kind == "img":
-        images.append(_image(f, images[0] if images else None, len(images)))
-      elif kind == "gate":
-        decisions.append({"image": int(f["image"]), "on": f["decision"] == "on",
-                          "score": int(f["score_e6"]) / 1e6,
-                          "autocorrelation": int(f["autocorrelation_e6"]) / 1e6,
-                          "autocorrelation_adapted":
-                              int(f["autocorrelation_adapted_e6"]) / 1e6})
-      elif kind == "tensor":
-        key = (int(f["image"]), int(f["op"]))
-        values = np.array([int(v) for v in f["values"].split(",") if v], np.int8)
-        buf = chunks.setdefault(key, np.zeros(int(f["bytes"]), np.int8))
-        buf[int(f["offset"]):int(f["offset"]) + len(values)] = values
-      elif kind == "cost":
-        cost.append({"name": f["name"], "calls": int(f["calls"]), "ticks": int(f["ticks"])})
-      elif kind == "cost_type":
-        cost_type[f["name"]] = {"ops": int(f["ops"]), "ticks": int(f["ticks"])}
-      elif kind == "done":
-        done = {"images": int(f["images"]), "status": f["status"], "ticks": int(f["ticks"])}
-      elif kind == "error":
-        errors.append(f)
-    except (KeyError, ValueError, IndexError):
-      malformed.append((lineno, line.strip()[:120]))
-  n = len(images)
+      p.add(lineno, rec[0], _fields(*rec))
+    except ValueError as e:
+      p.malformed.append((lineno, f"{rec[0]} {e}", line.strip()[:120]))
+  return _run(p)
+
+
+def _run(p: _Parser) -> AppRun:
+  images, n = p.images, len(p.images)
 
   def stack(key, dtype):
     if not images or key not in images[0]:
@@ -114,34 +282,28 @@ def parse_app_output(text: str) -> AppRun:
 
   logits = stack("logits", np.int8)
   return AppRun(
-      header=header, ops=ops, forge_ops=forge_ops, mem=mem,
+      header=p.header, header_line=p.header_line, ops=[o[2] for o in p.ops],
+      forge_ops=[o[1] for o in p.ops if o[3]], op_lines=p.ops, mem=p.mem,
       logits=logits if logits is not None else np.zeros((n, 0), np.int8),
       predictions=np.array([im["pred"] for im in images], np.int64),
-      ticks=np.array([im["ticks"] for im in images], np.int64),
+      ticks=np.array([im["ticks"] for im in images], np.uint64),
       forge_checksums=stack("forge", np.uint32), op_checksums=stack("trace", np.uint32),
       state_checksums=stack("state", np.uint32),
-      cost=cost, cost_type=cost_type, done=done, errors=errors, tensors=chunks,
-      malformed=malformed, paths=[im["path"] for im in images if "path" in im],
-      gate_decisions=decisions)
+      cost=p.cost, cost_type=p.cost_type, done=p.done, errors=p.errors, tensors=p.tensors,
+      malformed=p.malformed, paths=[im["path"] for im in images if "path" in im],
+      gate_decisions=p.decisions, indices=np.array([im["index"] for im in images], np.int64),
+      lines=[im["line"] for im in images], image_records=p.image_records, resets=p.resets)
 
 
-def _image(f: dict, first: dict | None, index: int) -> dict:
+def _image(f: dict, first: dict | None, lineno: int, index: int) -> dict:
   """One img record, checked against the first one (same fields, same lengths), so
-  that a line cut short is rejected whole."""
-  if int(f["index"]) != index:
-    raise ValueError(f"image {f['index']} where {index} was expected")
-  im = {"pred": int(f["pred"]), "ticks": int(f.get("ticks", 0))}
-  if "path" in f:
-    im["path"] = f["path"]
-  if "logits" in f:
-    im["logits"] = [int(v) for v in f["logits"].split(",")]
-    if not all(-128 <= v <= 127 for v in im["logits"]):
-      raise ValueError("logit out of int8 range")
-  for key in ("forge", "state", "trace"):
-    if key in f:
-      im[key] = [int(v, 16) for v in f[key].split(",") if v]
+  that a line cut short is rejected whole; `index`: the img records before it."""
+  if f["index"] != index:
+    raise ValueError(f"index: image {f['index']} where {index} was expected")
+  im = dict(f, line=lineno)
   if first is not None:
     if set(im) != set(first) or any(len(im[k]) != len(first[k])
                                     for k in im if isinstance(im[k], list)):
-      raise ValueError("image record differs in shape from image 0 (cut short?)")
+      raise ValueError("fields or list lengths differ from image "
+                       f"{first['index']}'s (cut short?)")
   return im

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 
 import numpy as np
 
-from forge_tflm.fileio import write_atomically
+from forge_tflm.fileio import JSONFileError, load_json, write_atomically
 
 STREAMS_DIR = "streams"
 RUN_FILE = "run.json"
@@ -64,6 +65,31 @@ def _differences(old, new, prefix: str = "") -> list[str]:
   return [f"{prefix or 'fingerprint'}: {show(old)} before, {show(new)} now"]
 
 
+def _is_int(v) -> bool:
+  return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _bool(v) -> bool:
+  return isinstance(v, bool)
+
+
+def _number(v) -> bool:
+  return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _score(v) -> bool:
+  return _number(v) or (isinstance(v, float) and math.isnan(v))  # NaN: no evidence.
+
+
+def _fraction(v) -> bool:
+  return _number(v) and 0 <= v <= 1
+
+
+def _short(v) -> str:
+  text = json.dumps(v)
+  return text if len(text) <= 40 else text[:37] + "..."
+
+
 class ResultStore:
   """The per-stream results of one evaluation run in `output_dir/streams/`."""
 
@@ -82,10 +108,9 @@ class ResultStore:
 
   def _read_json(self, path: str) -> dict:
     try:
-      with open(path, encoding="utf-8") as f:
-        data = json.load(f)
-    except (ValueError, UnicodeDecodeError) as e:
-      raise ResumeError(f"{path}: not a results file ({e})") from e
+      data = load_json(path, nan=True)  # A gate score is NaN without probe images.
+    except JSONFileError as e:
+      raise ResumeError(f"{path}: not a results file ({str(e)[len(path) + 2:]})") from None
     if not isinstance(data, dict):
       raise ResumeError(f"{path}: not a results file (a JSON object expected)")
     return data
@@ -142,10 +167,63 @@ class ResultStore:
       if record.get("fingerprint_sha256") != self.digest or record.get("stream") != name:
         raise ResumeError(f"{path}: results of another run (fingerprint or stream"
                           " differs); delete it to re-do that stream")
+      self._check_record(path, record)
       done[name] = record
     if earlier.get("complete"):
       self._write_run(complete=False)
     return done
+
+  def _check_record(self, path: str, record: dict) -> None:
+    """A finished stream's record holds what this run's would (evaluate_stream): its
+    stream's image count, per method `orderings` accuracies (fractions in [0, 1]) and
+    finite seconds, the gate's per-ordering lists; one line naming the file and the
+    key otherwise."""
+    config = self.fingerprint.get("config") or {}
+    methods, runs = config.get("methods", []), config.get("orderings")
+    images = {s.get("name"): s.get("images") for s in self.fingerprint.get("streams", [])
+              if isinstance(s, dict)}
+
+    def bad(key, msg):
+      raise ResumeError(" ".join(f"{path}: {key} {msg}; delete the file to re-do that"
+                                 " stream".split()))
+
+    def values(key, data, check, what):
+      if not isinstance(data, list) or (runs is not None and len(data) != runs):
+        bad(key, f"must be a list of {runs} values (one per ordering)")
+      for i, v in enumerate(data):
+        if not check(v):
+          bad(f"{key}[{i}]", f"is {_short(v)}, not {what}")
+
+    for key in ("images", "accuracy", "seconds"):
+      if key not in record:
+        bad(key, "is missing")
+    if record["images"] != images.get(record["stream"], record["images"]) or not _is_int(
+        record["images"]):
+      bad("images", f"is {_short(record['images'])}, but the stream has"
+          f" {images.get(record['stream'])} images")
+    for key in ("accuracy", "seconds"):
+      if not isinstance(record[key], dict) or set(record[key]) != set(methods):
+        bad(key, f"must have exactly the methods {', '.join(methods)}")
+    for m in methods:
+      values(f"accuracy.{m}", record["accuracy"][m], _fraction, "a fraction in [0, 1]")
+      if not (_number(record["seconds"][m]) and record["seconds"][m] >= 0):
+        bad(f"seconds.{m}", f"is {_short(record['seconds'][m])}, not a time >= 0")
+    gated = "forge-gated" in methods
+    for key, check, what in (("gate_fired", _bool, "true or false"),
+                             ("gate_score", _score, "a number"),
+                             ("gate_autocorrelation", _number, "a finite number"),
+                             ("gate_adapted", _fraction, "a fraction in [0, 1]"),
+                             ("gate_decisions", _is_int, "an integer")):
+      if key in record or (gated and key in ("gate_fired", "gate_score")):
+        if key not in record:
+          bad(key, "is missing")
+        values(key, record[key], check, what)
+    domains = record.get("domain_accuracy", {})
+    for m, per in (domains.items() if isinstance(domains, dict) else [(None, None)]):
+      if not isinstance(per, dict):
+        bad("domain_accuracy", "must map methods to {domain: accuracies}")
+      for d, accs in per.items():
+        values(f"domain_accuracy.{m}.{d}", accs, _fraction, "a fraction in [0, 1]")
 
   def save(self, record: dict) -> None:
     """Writes one finished stream's record (atomically)."""

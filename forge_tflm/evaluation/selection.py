@@ -208,8 +208,8 @@ class SelectConfig:
     if self.strategy not in STRATEGIES:
       raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, not "
                        f"{self.strategy!r}")
-    if self.k < 1:
-      raise ValueError("k must be >= 1")
+    if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 1:
+      raise ValueError(f"k must be an integer >= 1, not {self.k!r}")
     if not self.corruptions:
       raise ValueError("no corruptions to rank on")
     unknown = [c for c in self.corruptions if c not in ALL_CORRUPTIONS]
@@ -218,6 +218,12 @@ class SelectConfig:
                        f"{', '.join(ALL_CORRUPTIONS)}")
     if self.batch_size < 1 or self.images < 0 or not 1 <= self.severity <= 5:
       raise ValueError("batch_size must be >= 1, images >= 0, severity 1..5")
+
+  def check_sites(self, sites: Sequence[str]) -> None:
+    """k of these sites can be picked: more would silently select them all."""
+    if self.k > len(sites):
+      raise ValueError(f"k={self.k} but the artifact has {len(sites)} FORGE sites: choose"
+                       f" k <= {len(sites)}")
 
   @property
   def sees_evaluation(self) -> bool:
@@ -250,10 +256,11 @@ def select(artifact_path: str, data_dir: str | None, config: SelectConfig = Sele
            *, executor: Executor | None = None, cache_dir: str | None = None,
            progress: bool = True) -> Selection:
   """Ranks the artifact's sites on config's streams and picks config.k of them."""
+  config.check_sites(site_names(artifact_path))
   streams = config.streams(data_dir, cache_dir)
   ranking = rank_sites(artifact_path, streams, batch_size=config.batch_size,
                        kernels=config.kernels, executor=executor, progress=progress)
-  k = min(config.k, len(ranking.sites))
+  k = config.k
   steps = []
   if config.strategy == "top-k":
     chosen = ranking.ranked()[:k]

@@ -384,6 +384,10 @@ static PyObject* prepared_image_moments(Prepared* p, PyObject* args) {
   int status;
   const char* msg = NULL;
   if (!PyArg_ParseTuple(args, "OO", &ox, &op)) return NULL;
+  if (p->scratch == NULL) { /* init failed (or never ran): c may be 0 */
+    PyErr_SetString(PyExc_ValueError, "Prepared is not initialized");
+    return NULL;
+  }
   memset(&k, 0, sizeof(k));
   if (get_buf(ox, &k.x, 0, 'b', 1, -1, "x")) return NULL;
   if (k.x.view.ndim < 2 || k.x.view.shape[k.x.view.ndim - 1] != p->c ||

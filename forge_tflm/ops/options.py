@@ -281,6 +281,124 @@ def _read_value(key: str, kind: str, ref):
   return ref.AsString
 
 
+# flexbuffers type codes (flexbuffers.h) of the values an option can take.
+_FBT_INT, _FBT_UINT, _FBT_FLOAT, _FBT_STRING = 1, 2, 3, 5
+_FBT_INDIRECT = (6, 7, 8)  # INDIRECT_INT, INDIRECT_UINT, INDIRECT_FLOAT
+_FBT_MAP, _FBT_MAX_TYPE = 9, 37
+_WIDTHS = (1, 2, 4, 8)
+
+
+def _uint(buf: bytes, at: int, width: int) -> int:
+  return int.from_bytes(buf[at:at + width], "little")
+
+
+def _layout_error(what: str) -> ValueError:
+  return ValueError(f"malformed flexbuffer options: {what}")
+
+
+def _check_root(buf: bytes) -> tuple[int, int]:
+  """(map position, map width); PrecheckLayout of forge_recalib_options.cc.
+
+  The C++ parser copies the options to an 8-byte aligned buffer and requires the
+  root slot, the map and its key vector naturally aligned relative to its start.
+  """
+  n = len(buf)
+  if n < 3:
+    raise _layout_error("too short")
+  root_width, packed = buf[-1], buf[-2]
+  if root_width not in _WIDTHS or n - 2 < root_width:
+    raise _layout_error("bad root width")
+  root_pos = n - 2 - root_width
+  if root_pos % root_width:
+    raise _layout_error("misaligned root")
+  if packed >> 2 != _FBT_MAP:
+    raise ValueError("options must be a flexbuffer map")
+  map_off = _uint(buf, root_pos, root_width)
+  if map_off > root_pos:
+    raise _layout_error("bad map offset")
+  map_pos, width = root_pos - map_off, 1 << (packed & 3)
+  if map_pos % width or map_pos < 3 * width:
+    raise _layout_error("bad map layout")
+  keys_field = map_pos - 3 * width
+  keys_off, key_width = _uint(buf, keys_field, width), _uint(buf, keys_field + width, width)
+  if keys_off > keys_field or key_width not in _WIDTHS or (
+      keys_field - keys_off) % key_width:
+    raise _layout_error("bad key vector")
+  return map_pos, width
+
+
+def _in_buffer(buf: bytes, at: int, length: int) -> bool:
+  """flexbuffers' Verifier::VerifyFrom (note: length < size, strictly)."""
+  return 0 <= at and length < len(buf) and at <= len(buf) - length
+
+
+def _vector(buf: bytes, at: int, width: int, elem_width: int) -> int | None:
+  """Element count of the vector at `at`, or None if flexbuffers' verifier refuses
+  its size field or its elements' bytes."""
+  if width > at:
+    return None
+  count = _uint(buf, at - width, width)
+  return count if _in_buffer(buf, at, count * elem_width) else None
+
+
+def _target(buf: bytes, at: int, parent_width: int) -> int | None:
+  """Where the offset at `at` points (the verifier's VerifyOffset), or None."""
+  off = _uint(buf, at, parent_width)
+  return at - off if off <= len(buf) and off <= at else None
+
+
+def _value_verifies(buf: bytes, at: int, parent_width: int, packed: int) -> bool:
+  """flexbuffers' Verifier::VerifyRef for the types an option value can have;
+  any other type is refused by the decoder anyway."""
+  kind, width = packed >> 2, 1 << (packed & 3)
+  if kind >= _FBT_MAX_TYPE:
+    return False
+  if kind in (_FBT_INT, _FBT_UINT, _FBT_FLOAT):
+    return True  # Inline.
+  if kind not in _FBT_INDIRECT and kind != _FBT_STRING:
+    return True
+  p = _target(buf, at, parent_width)
+  if p is None or p % width:
+    return False
+  if kind != _FBT_STRING:
+    return _in_buffer(buf, p, width)
+  size = _vector(buf, p, width, 1)
+  return size is not None and _in_buffer(buf, p, size + 1)  # + its terminator
+
+
+def _keys_verify(buf: bytes, map_pos: int, width: int) -> bool:
+  """flexbuffers' Verifier::VerifyKeys: the key vector and each key's offset; a
+  key needs a non-zero byte at or after it (the verifier's own rule)."""
+  field = map_pos - 3 * width
+  keys = _target(buf, field, width)
+  if keys is None:
+    return False
+  key_width = _uint(buf, field + width, width)  # One of _WIDTHS (_check_root).
+  count = _vector(buf, keys, key_width, key_width)
+  if count is None:
+    return False
+  for i in range(count):
+    key = _target(buf, keys + i * key_width, key_width)
+    if key is None or not any(buf[key:]):
+      return False
+  return True
+
+
+def _verify(buf: bytes) -> None:
+  """The checks the C++ parser makes before reading a value (its layout pre-check,
+  then flexbuffers::VerifyBuffer), so that the host refuses every buffer the device
+  refuses; the option cross-check (tests/custom_ops/options_crosscheck.py) holds
+  the two to the same verdicts."""
+  map_pos, width = _check_root(buf)
+  count = _vector(buf, map_pos, width, width)
+  if count is None or not _in_buffer(buf, map_pos + count * width, count):
+    raise _layout_error("verification failed")
+  types = map_pos + count * width
+  if not all(_value_verifies(buf, map_pos + i * width, width, buf[types + i])
+             for i in range(count)) or not _keys_verify(buf, map_pos, width):
+    raise _layout_error("verification failed")
+
+
 def decode_options(data: bytes) -> RecalibOptions:
   """Parses custom_options with the rules of the C++ parser; ValueError if bad.
 
@@ -290,6 +408,7 @@ def decode_options(data: bytes) -> RecalibOptions:
   data = bytes(data)
   if len(data) > MAX_OPTIONS_BYTES:
     raise ValueError(f"options larger than {MAX_OPTIONS_BYTES} bytes")
+  _verify(data)
   kinds = dict(OPTION_FIELDS)
   try:
     root = flexbuffers.GetRoot(data)

@@ -172,7 +172,7 @@ def test_errors_leave_no_output(tmp_path, converted):
   with pytest.raises(ConversionError, match="calibration images are"):
     convert(src, out, ImageSet(tiny_models.random_images(4, size=8), np.zeros(4, np.int64),
                                ("x",), "small"))
-  with pytest.raises(ConversionError, match="already a TFLite model"):
+  with pytest.raises(ConversionError, match="already has FORGE_RECALIB"):
     convert(str(tmp_path / ".." / os.path.basename(os.path.dirname(src)) /
                 "tiny_forge.tflite"), out, _calibration(8))
   assert _no_outputs(tmp_path, "o")

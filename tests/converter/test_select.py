@@ -19,3 +19,36 @@ def test_all_none_and_names_in_model_order():
 def test_unknown_names_listed_with_the_model_sites():
   with pytest.raises(ConversionError, match=r"unknown site\(s\) x, y; .* a, b, c"):
     select_sites(_FOUND, ("a", "x", "y"))
+
+
+@pytest.mark.parametrize("text, message", [
+    # Issue 34: deep nesting was a RecursionError traceback.
+    ("[" * 100000 + "]" * 100000, r"not JSON we read \(nested more than 64 levels\)"),
+    ('{"sites": ["a" "b"]}', r"not JSON \(Expecting ',' delimiter"),
+    ('{"sites": "a,b"}', r"expected a JSON list of site names"),
+    ('{"sites": ["a", 3]}', r"expected a JSON list of site names"),
+    ('{"sites": ["a", "a"]}', r"site 'a' is listed twice"),
+    ('{"sites": ["a"], "sites": ["b"]}', r"key 'sites' appears twice"),
+    ("", r"not JSON \(Expecting value"),
+], ids=["deep_nesting", "not_json", "not_a_list", "not_strings", "repeated_site",
+        "repeated_key", "empty"])
+def test_a_bad_sites_file_is_one_line_naming_it(tmp_path, text, message):
+  from forge_tflm.cli.convert_cmd import parse_sites
+
+  path = tmp_path / "sites.json"
+  path.write_text(text)
+  with pytest.raises(ValueError) as e:
+    parse_sites(f"@{path}")
+  msg = str(e.value)
+  assert "\n" not in msg and str(path) in msg, msg
+  assert __import__("re").search(message, msg), msg
+
+
+def test_a_missing_sites_file_is_named(tmp_path):
+  from forge_tflm.cli.convert_cmd import parse_sites
+
+  with pytest.raises(FileNotFoundError, match=f"sites file {tmp_path / 'no.json'} does"
+                                              " not exist"):
+    parse_sites(f"@{tmp_path / 'no.json'}")
+  (tmp_path / "ok.json").write_text('{"sites": ["b", "a"], "k": 2}')
+  assert parse_sites(f"@{tmp_path / 'ok.json'}") == ("b", "a")

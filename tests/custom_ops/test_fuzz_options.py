@@ -1,53 +1,34 @@
-"""Fuzzes FORGE_RECALIB option parsing + validation (+ a tiny C core call).
+"""Fuzzes FORGE_RECALIB option parsing + validation + every C path using the options.
 
 Builds custom_ops/forge_recalib/fuzz/forge_recalib_options_fuzz.cc as a
 libFuzzer target with AddressSanitizer+UBSan when clang has libFuzzer,
 otherwise with g++ -fsanitize=address,undefined and the harness's own
 deterministic mutation driver; runs >= 100,000 executions from a seed corpus
-written by encode_options and the raw flexbuffers builder. The same binary,
-with FORGE_RECALIB_FUZZ_PRINT=1, cross-checks the C++ parser against
-forge_tflm.ops.decode_options.
+covering every option field (encode_options and the raw flexbuffers builder).
+The harness, with FORGE_RECALIB_FUZZ_PRINT=1, cross-checks the C++ parser
+against forge_tflm.ops.decode_options: on the semantic cases here and on
+CROSSCHECK_BUFFERS generated buffers (tests/custom_ops/options_crosscheck.py;
+benchmarks/options_crosscheck.py runs 1,000,000).
 
 Needs flatbuffers headers (flexbuffers.h): $FLATBUFFERS_INCLUDE_DIR,
-$TFLM_THIRD_PARTY_DIR/flatbuffers/include, or /usr/include (Debian package
-libflatbuffers-dev). Skips, saying which, if no compiler or headers.
+$TFLM_THIRD_PARTY_DIR/flatbuffers/include, the esp-tflite-micro snapshot in
+../shared/third_party (the device's flatbuffers), or /usr/include (Debian
+package libflatbuffers-dev). Skips, saying which, if no compiler or headers.
 """
 
 import os
 import shutil
-import subprocess
 import sys
 
-import numpy as np
 import pytest
 from flatbuffers import flexbuffers
 
 from forge_tflm import ops
-from tests.conftest import REPO_ROOT
+from tests.custom_ops import options_crosscheck as oc
 
-OP_DIR = os.path.join(REPO_ROOT, "custom_ops", "forge_recalib")
-SRC_DIR = os.path.join(OP_DIR, "src")
-HARNESS = os.path.join(OP_DIR, "fuzz", "forge_recalib_options_fuzz.cc")
 FUZZ_RUNS = 100_000
-_SAN = ["-g", "-O1", "-ffp-contract=off", "-fsanitize=address,undefined",
-        "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
-
-
-def _flatbuffers_include():
-  candidates = [os.environ.get("FLATBUFFERS_INCLUDE_DIR")]
-  if os.environ.get("TFLM_THIRD_PARTY_DIR"):
-    candidates.append(os.path.join(os.environ["TFLM_THIRD_PARTY_DIR"],
-                                   "flatbuffers", "include"))
-  candidates.append("/usr/include")
-  for inc in candidates:
-    if inc and os.path.exists(os.path.join(inc, "flatbuffers", "flexbuffers.h")):
-      return inc
-  return None
-
-
-def _run(cmd, **kwargs):
-  return subprocess.run(["nice", "-n", "19", *cmd], capture_output=True,
-                        text=True, **kwargs)
+CROSSCHECK_BUFFERS = 50_000
+_run = oc.nice
 
 
 def _links(cxx, flags, tmp_path):
@@ -57,13 +38,18 @@ def _links(cxx, flags, tmp_path):
   return _run([cxx, *flags, str(probe), "-o", str(tmp_path / "probe")]).returncode == 0
 
 
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory):
-  """(binary, kind) with kind 'libfuzzer' or 'driver'."""
-  inc = _flatbuffers_include()
+def _include():
+  inc = oc.flatbuffers_include()
   if inc is None:
     pytest.skip("flatbuffers/flexbuffers.h not found (install libflatbuffers-dev "
                 "or set FLATBUFFERS_INCLUDE_DIR / TFLM_THIRD_PARTY_DIR)")
+  return inc
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+  """(binary, kind) with kind 'libfuzzer' or 'driver'."""
+  inc = _include()
   tmp = tmp_path_factory.mktemp("fuzz")
   clang, clangxx = shutil.which("clang"), shutil.which("clang++")
   # FORGE_RECALIB_FUZZ_TOOLCHAIN=gcc forces the g++ + driver build.
@@ -71,23 +57,29 @@ def harness(tmp_path_factory):
     clang = clangxx = None
   if clang and clangxx and _links(clangxx, ["-fsanitize=fuzzer,address,undefined"], tmp):
     cc, cxx, kind, extra = clang, clangxx, "libfuzzer", ["-fsanitize=fuzzer"]
-  elif shutil.which("gcc") and shutil.which("g++"):
+  elif oc.compilers_available():
     cc, cxx, kind = "gcc", "g++", "driver"
     extra = ["-DFORGE_RECALIB_FUZZ_DRIVER"]
   else:
     pytest.skip("no C/C++ compiler (clang or gcc) on PATH")
-  core_obj = tmp / "forge_recalib.o"
-  r = _run([cc, "-std=c99", *_SAN, "-c", os.path.join(SRC_DIR, "forge_recalib.c"),
-            "-o", str(core_obj)])
-  assert r.returncode == 0, r.stderr
-  binary = tmp / f"fuzz_{kind}"
-  r = _run([cxx, "-std=c++17", *_SAN, *extra, "-I", SRC_DIR, "-I", inc, HARNESS,
-            os.path.join(SRC_DIR, "forge_recalib_options.cc"), str(core_obj),
-            "-o", str(binary)])
-  if r.returncode != 0 and "sanitize" in r.stderr:
-    pytest.skip(f"{cxx} cannot link sanitizers: {r.stderr[-300:]}")
-  assert r.returncode == 0, r.stderr
-  return str(binary), kind
+  binary, err = oc.build(cc, cxx, extra, inc, str(tmp), f"fuzz_{kind}")
+  if binary is None and "sanitize" in err:
+    pytest.skip(f"{cxx} cannot link sanitizers: {err[-300:]}")
+  assert binary is not None, err
+  return binary, kind
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+  """The g++ driver build (its -stream input runs the generated buffers)."""
+  inc = _include()
+  if not oc.compilers_available():
+    pytest.skip("no gcc/g++ on PATH")
+  binary, err = oc.build_driver(inc, str(tmp_path_factory.mktemp("driver")))
+  if binary is None and "sanitize" in err:
+    pytest.skip(f"g++ cannot link sanitizers: {err[-300:]}")
+  assert binary is not None, err
+  return binary
 
 
 def _raw(pairs, float_width=None) -> bytes:
@@ -114,17 +106,7 @@ def _raw(pairs, float_width=None) -> bytes:
 
 
 def _valid_options():
-  out = []
-  for act in ("none", "relu", "relu6"):
-    for var in ("batch", "running"):
-      out.append(ops.RecalibOptions(momentum=0.1, activation=act, variance=var))
-      out.append(ops.RecalibOptions(window=64, eps=1e-3, activation=act,
-                                    variance=var))
-  out += [ops.RecalibOptions(momentum=0.0), ops.RecalibOptions(momentum=1.0),
-          ops.RecalibOptions(window=1), ops.RecalibOptions(window=2**31 - 1),
-          ops.RecalibOptions(momentum=1 / 3, eps=1e-45),
-          ops.RecalibOptions(momentum=0.5, eps=3.4e38)]
-  return out
+  return oc.seed_options()
 
 
 def _semantic_cases():
@@ -176,7 +158,27 @@ def _semantic_cases():
       (b"", False),
       (b"\x00", False),
       (b"\x00" * 600, False),
+      # The class options: every bound, each type, and the dependence on classes.
+      (_raw([("window", 8), ("classes", 2)]), True),
+      (_raw([("window", 8), ("classes", 0)]), True),
+      (_raw([("window", 8), ("classes", 256), ("class_margin", 255),
+             ("class_guard", 2**24)]), True),
+      (_raw([("window", 8), ("classes", 10), ("class_guard", 32)]), True),
+      (_raw([("window", 8), ("classes", 1)]), False),
+      (_raw([("window", 8), ("classes", 257)]), False),
+      (_raw([("window", 8), ("classes", -2)]), False),
+      (_raw([("window", 8), ("classes", 2.0)]), False),
+      (_raw([("window", 8), ("classes", "2")]), False),
+      (_raw([("window", 8), ("class_margin", 3)]), False),  # needs classes
+      (_raw([("window", 8), ("classes", 4), ("class_margin", 256)]), False),
+      (_raw([("window", 8), ("classes", 4), ("class_margin", -1)]), False),
+      (_raw([("window", 8), ("class_guard", 32)]), False),  # needs classes
+      (_raw([("window", 8), ("classes", 4), ("class_guard", 31)]), False),
+      (_raw([("window", 8), ("classes", 4), ("class_guard", 2**24 + 1)]), False),
+      (_raw([("window", 8), ("classes", 4), ("class_guard", True)]), False),
   ]
+  # Issue 34: buffers the Python decoder once accepted and the C++ parser refuses.
+  cases += [(oc.regression_buffer(what), False) for what in sorted(oc.REGRESSIONS)]
   return cases
 
 
@@ -185,24 +187,6 @@ def _write_corpus(directory):
   for i, (data, _) in enumerate(_semantic_cases()):
     with open(os.path.join(directory, f"seed_{i:03d}"), "wb") as f:
       f.write(data)
-
-
-def _fnv1a64(data: bytes) -> int:
-  h = 0xcbf29ce484222325
-  for b in data:
-    h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
-  return h
-
-
-def _python_line(data: bytes) -> str:
-  try:
-    o = ops.decode_options(data)
-  except ValueError:
-    return "ERR"
-  bits = lambda v: f"{int(np.float32(v).view(np.uint32)):08x}"
-  return (f"OK {int(o.use_window)} {bits(o.momentum or 0.0)} {o.window or 0} "
-          f"{bits(o.eps)} {('none', 'relu', 'relu6').index(o.activation)} "
-          f"{('batch', 'running').index(o.variance)}")
 
 
 def _fuzz_command(binary, kind, corpus, runs):
@@ -264,13 +248,25 @@ def test_cpp_parser_agrees_with_python_decoder(harness, tmp_path):
   by_hash = dict(l.split(" ", 1) for l in r.stdout.splitlines()
                  if l.split(" ")[1:2] in (["OK"], ["ERR"]))
   for data, expect_ok in cases:
-    line = by_hash[f"{_fnv1a64(data):016x}"]
-    py = _python_line(data)
+    line = by_hash[f"{oc.fnv1a64(data):016x}"]
+    py = oc.python_verdict(data)
     assert line.startswith("OK") == expect_ok, (data.hex(), line)
     if expect_ok:
       assert line == py, (data.hex(), line, py)
     else:
       assert py == "ERR", (data.hex(), line, py)
+
+
+def test_cpp_parser_agrees_with_python_decoder_on_generated_buffers(driver, tmp_path):
+  """Every option field, structured maps and byte mutants: same verdicts and values,
+  and every C path consuming the options clean under ASan/UBSan."""
+  result = oc.crosscheck(driver, CROSSCHECK_BUFFERS, seed=0, work_dir=str(tmp_path))
+  assert result.buffers == CROSSCHECK_BUFFERS
+  assert result.disagreements == [], result.disagreements[:5]
+  # The generator reaches the valid side too (and so the C paths past parsing).
+  assert result.both_ok > CROSSCHECK_BUFFERS // 50, result
+  print(f"{result.buffers} buffers: {result.both_ok} accepted by both, "
+        f"{result.both_err} refused by both; {result.harness_summary}")
 
 
 def test_encode_decode_round_trip():

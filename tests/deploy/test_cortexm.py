@@ -93,20 +93,23 @@ def _timed(key):
   TIMINGS[key] = round(TIMINGS.get(key, 0.0) + time.time() - t0, 1)
 
 
-def _make_args(board: str) -> list[str]:
+def _make_args(board: str, build_name: str | None = None) -> list[str]:
   tp = third_party
   return [f"BOARD={board}",
-          f"BUILD_DIR={os.path.join(tp.build_cache(), 'cortexm', board)}",
+          f"BUILD_DIR={os.path.join(tp.build_cache(), 'cortexm', build_name or board)}",
           f"TFLM_DIR={tp.snapshot('tflite-micro')}",
           f"THIRD_PARTY={os.path.join(tp.snapshot('esp-tflite-micro'), 'third_party')}",
           f"CMSIS_NN_DIR={tp.snapshot('CMSIS-NN')}",
           f"CMSIS_DIR={tp.snapshot('CMSIS_6')}"]
 
 
-def make(board: str, goals: list[str], jobs: int = 2) -> None:
-  """Runs esp32s3_app/cortexm's Makefile (nice, -j2) under a per-board lock."""
-  args = _make_args(board)
-  lock = os.path.join(third_party.build_cache(), "cortexm", f"{board}.lock")
+def make(board: str, goals: list[str], jobs: int = 2, ops: list[str] | None = None,
+         build_name: str | None = None) -> None:
+  """Runs esp32s3_app/cortexm's Makefile (nice, -j2) under a per-build-folder lock;
+  ops: the OPS to compile (default: the Makefile's ResNet-20 set), in the build cache's
+  cortexm/<build_name or board> (another op set in the same folder would rebuild it)."""
+  args = _make_args(board, build_name) + (["OPS=" + " ".join(ops)] if ops else [])
+  lock = os.path.join(third_party.build_cache(), "cortexm", f"{build_name or board}.lock")
   with _locked(lock):
     r = subprocess.run(["nice", "make", "-C", CORTEXM_DIR, f"-j{jobs}"] + goals + args,
                        capture_output=True, text=True)
@@ -115,10 +118,11 @@ def make(board: str, goals: list[str], jobs: int = 2) -> None:
                        f"{r.stdout[-3000:]}{r.stderr[-6000:]}")
 
 
-def build_elf(board: str, gen_dir: str) -> str:
-  """Links the ELF of `board` with the C arrays in gen_dir (objects from the cache)."""
+def build_elf(board: str, gen_dir: str, **build) -> str:
+  """Links the ELF of `board` with the C arrays in gen_dir (objects from the cache);
+  build: make's ops and build_name."""
   elf = os.path.join(gen_dir, f"forge_app_{board}.elf")
-  make(board, ["all", f"GEN_DIR={gen_dir}", f"ELF={elf}"])
+  make(board, ["all", f"GEN_DIR={gen_dir}", f"ELF={elf}"], **build)
   return elf
 
 

@@ -5,66 +5,25 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
 
 from forge_tflm.cli.main import main as cli
 from forge_tflm.deploy import ppk2
-from forge_tflm.deploy.export import EXPECTED_VERSION, load_expected
+from forge_tflm.deploy.export import load_expected
 from forge_tflm.deploy.verify import verify
 
-OPS = ["CONV_2D", "FORGE_RECALIB", "MEAN", "FULLY_CONNECTED"]
-N = 5
-
-
-def _expected() -> dict:
-  rng = np.random.default_rng(0)
-  per = []
-  for n in range(N):
-    logits = rng.integers(-128, 128, 10).tolist()
-    per.append({"index": n, "label": n % 10, "pred": int(np.argmax(logits)),
-                "pred_source": (n + 1) % 10, "logits": logits,
-                "forge": [f"{n + 1:08x}"], "state": [f"{n + 100:08x}"],
-                "trace": [f"{n * 4 + k:08x}" for k in range(4)]})
-  return {"version": EXPECTED_VERSION, "model_bytes": 1234, "ops": OPS, "forge_ops": [1],
-          "images": N, "mode": "adapt", "per_image": per}
-
-
-def _log(exp: dict, *, images=None, trace=True, mutate=None, model_bytes=None) -> str:
-  per = exp["per_image"]
-  lines = ["I (312) boot: ESP-IDF v5.3 2nd stage bootloader",  # noise is ignored
-           f"forge_app version=1 model_bytes={model_bytes or exp['model_bytes']} ops=4 "
-           "forge_ops=1 input=1x32x32x3 input_bytes=3072 output=1x10 clock_hz=240000000 "
-           f"mode=adapt trace={'all' if trace else 'none'} fc_guard=1"]
-  lines += [f"op index={k} name={name} forge={int(name == 'FORGE_RECALIB')}"
-            for k, name in enumerate(OPS)]
-  lines.append("mem arena_size=131072 arena_used=90000 forge_persistent=300 "
-               "forge_scratch=4480 forge_state=128 states=1")
-  n_img = N if images is None else images
-  for n in range(n_img):
-    e = dict(per[n])
-    if mutate:
-      e = mutate(n, e)
-    rec = (f"img index={n} pred={int(np.argmax(e['logits']))} "
-           f"logits={','.join(map(str, e['logits']))} ticks={2_400_000 + n}")
-    if trace:
-      rec += f" forge={','.join(e['forge'])} state={','.join(e['state'])} " \
-             f"trace={','.join(e['trace'])}"
-    lines.append(rec)
-  if images is None:
-    lines += [f"cost index={k} name={name} calls={N} ticks={N * 600_000}"
-              for k, name in enumerate(OPS)]
-    lines += [f"cost_type name={name} ops=1 ticks={N * 600_000}" for name in OPS]
-    lines.append(f"done images={N} status=ok ticks={N * 2_400_000}")
-  return "\n".join(lines) + "\n"
+from tests.deploy.device_logs import (N, app_log as _log, expected_doc as _expected, line_of,
+                                      set_field)
 
 
 def test_bit_exact_log_verifies_and_reports_accuracy_and_time():
   exp = _expected()
   v = verify(_log(exp), exp)
   assert v.ok and v.identical == N and v.first_divergence is None
-  assert v.compared == ["logits", "FORGE outputs", "FORGE state", "every op"]
+  assert v.compared == ["logits", "pred", "FORGE outputs", "FORGE state", "every op"]
   labels = np.array([e["label"] for e in exp["per_image"]])
   assert v.accuracy_expected == pytest.approx(np.mean([e["pred"] for e in exp["per_image"]]
                                                       == labels))
@@ -91,7 +50,8 @@ def test_one_wrong_logit_is_the_first_divergence():
 def test_a_forge_state_divergence_names_the_op():
   exp = _expected()
   v = verify(_log(exp, mutate=lambda n, e: dict(e, state=["deadbeef"]) if n == 2 else e), exp)
-  assert v.first_divergence == "image 2: FORGE op 1 state differs"
+  assert v.first_divergence.startswith("image 2: FORGE op 1 state differs (device "
+                                        "deadbeef, expected 00000066)")
 
 
 def test_truncated_log_is_reported_not_raised():
@@ -100,7 +60,8 @@ def test_truncated_log_is_reported_not_raised():
   text += "img index=3 pred=1 logits=-4,12,-1"  # the capture stopped mid-line
   v = verify(text, exp)
   assert not v.ok and v.images_logged == 3 and v.identical == 3
-  assert any("ends after 3 of 5 images" in p for p in v.problems)
+  # The cut record is the fourth image the device ran; it is listed as malformed.
+  assert any("ends after 4 of 5 images" in p for p in v.problems)
   assert any("malformed record" in p for p in v.problems)
 
 
@@ -117,6 +78,158 @@ def test_error_line_from_the_app_is_reported():
   text = _log(exp, images=0) + "error what=allocate_tensors\ndone images=0 status=error ticks=0\n"
   v = verify(text, exp)
   assert not v.ok and any("allocate_tensors" in p for p in v.problems)
+
+
+# -------------------------------------------- every printed field is compared
+
+
+def _other_class(old: str) -> str:
+  return str((int(old) + 1) % 10)
+
+
+def _bump_logit(k: int):
+  def bump(old: str) -> str:
+    v = old.split(",")
+    v[k] = str(int(v[k]) + (1 if int(v[k]) < 127 else -1))
+    return ",".join(v)
+  return bump
+
+
+def _flip_hex(old: str) -> str:
+  v = old.split(",")
+  v[-1] = f"{int(v[-1], 16) ^ 1:08x}"
+  return ",".join(v)
+
+
+# case: (mode, record, image, field, new value or old -> new, what the verdict names)
+ONE_FIELD = {
+    "pred": ("adapt", "img", 2, "pred", _other_class, ["image 2", "pred"]),
+    "logit": ("adapt", "img", 3, "logits", _bump_logit(7), ["image 3", "logits", "class 7"]),
+    "forge_checksum": ("adapt", "img", 1, "forge", _flip_hex, ["image 1", "FORGE op 1 output"]),
+    "state_checksum": ("adapt", "img", 4, "state", _flip_hex, ["image 4", "FORGE op 1 state"]),
+    "op_checksum": ("adapt", "img", 0, "trace", _flip_hex,
+                    ["image 0", "op 3 (FULLY_CONNECTED) output"]),
+    "gated_pred": ("gated", "img", 3, "pred", _other_class, ["image 3", "pred"]),
+    "header_input_bytes": ("adapt", "forge_app", None, "input_bytes", "3073",
+                           ["header (line 2)", "input_bytes=3073"]),
+    "header_output": ("adapt", "forge_app", None, "output", "1x11",
+                      ["header (line 2)", "output=1x11"]),
+    "header_mode": ("adapt", "forge_app", None, "mode", "frozen", ["mode=frozen"]),
+    "op_forge_flag": ("adapt", "op", 2, "forge", "1", ["forge=1 on ops [1, 2]"]),
+    "done_images": ("adapt", "done", None, "images", str(N - 1), [f"images={N - 1}"]),
+    "gated_path": ("gated", "img", 3, "path", "frozen", ["image 3", "path"]),
+    "gate_decision": ("gated", "gate", 1, "decision", "off", ["image 1", "decision"]),
+    "gate_score": ("gated", "gate", 1, "score_e6", lambda v: str(int(v) + 1000),
+                   ["image 1", "score"]),
+    "gate_autocorrelation": ("gated", "gate", N - 1, "autocorrelation_e6",
+                             lambda v: str(int(v) - 5), ["image 4", "autocorrelation"]),
+    "gate_autocorrelation_adapted": ("gated", "gate", 1, "autocorrelation_adapted_e6",
+                                     lambda v: str(-int(v)), ["image 1",
+                                                              "autocorrelation_adapted"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ONE_FIELD))
+def test_one_field_differing_is_not_verified_and_named(tmp_path, capsys, case):
+  """A genuine log with exactly one field of one record changed: NOT VERIFIED, exit
+  status 1, the report names the image and the field (pred was never compared)."""
+  mode, kind, image, key, value, names = ONE_FIELD[case]
+  exp = _expected(mode)
+  genuine = _log(exp)
+  assert verify(genuine, exp).ok
+  text = set_field(genuine, kind, image, key, value)
+  assert text != genuine
+  v = verify(text, exp)
+  report = v.markdown()
+  assert not v.ok and "NOT VERIFIED" in report
+  for name in names:
+    assert name in report, (name, report)
+  (tmp_path / "expected.json").write_text(json.dumps(exp))
+  (tmp_path / "device.log").write_text(text)
+  assert cli(["forge_tflm", "verify-device", str(tmp_path / "device.log"),
+              f"--expected={tmp_path}"]) == 1
+  assert "NOT VERIFIED" in capsys.readouterr().out
+
+
+def test_fields_without_an_expectation_are_listed_as_not_compared():
+  """A gated run prints FORGE checksums that expected.json (two passes per probed
+  image) has no values for: the report says they were not compared."""
+  exp = _expected("gated")
+  v = verify(_log(exp), exp)
+  assert v.ok, v.markdown()
+  assert "not compared" in v.markdown() and "FORGE outputs" in v.markdown()
+
+
+def _add_lines(text: str, after: str, lines: list[str]) -> str:
+  out = []
+  for line in text.splitlines():
+    out.append(line)
+    if line.startswith(after):
+      out += lines
+  return "\n".join(out) + "\n"
+
+
+def _reset_mid_run(text: str) -> str:
+  """The capture holds a board reset after image 2 and the whole run again."""
+  cut = text.index("img index=3 ")
+  return (text[:cut] + "Guru Meditation Error: Core  0 panic'ed (LoadProhibited)\n"
+          "Rebooting...\nESP-ROM:esp32s3-20210327\nrst:0xc (RTC_SW_CPU_RST),boot:0x8 "
+          "(SPI_FAST_FLASH_BOOT)\n" + text)
+
+
+# case: mode, the log from the genuine one, what the one line or the report names
+MALFORMED = {
+    "checksum_over_32_bits": ("adapt", lambda t: set_field(t, "img", 1, "forge", "1ffffffff"),
+                              ["line 9", "forge"]),
+    "logit_out_of_int8": ("adapt", lambda t: set_field(t, "img", 1, "logits",
+                                                       lambda v: "200" + v[v.index(","):]),
+                          ["line 9", "logits"]),
+    "tensor_value_out_of_int8": ("adapt", lambda t: _add_lines(t, "img index=0 ", [
+        "tensor image=0 op=2 offset=0 bytes=4 values=1,2,300,4"]), ["line 9", "values"]),
+    "ticks_30_digits": ("adapt", lambda t: set_field(t, "img", 1, "ticks", "9" * 30),
+                        ["line 9", "ticks"]),
+    "done_ticks_30_digits": ("adapt", lambda t: set_field(t, "done", None, "ticks", "9" * 30),
+                             ["ticks"]),
+    "tensor_bytes_1e12": ("adapt", lambda t: _add_lines(t, "img index=0 ", [
+        f"tensor image=0 op=2 offset=0 bytes={10**12} values=1"]), ["line 9", "bytes"]),
+    "too_many_forge_checksums": ("adapt", lambda t: set_field(t, "img", None, "forge",
+                                                              lambda v: v + ",00000000"),
+                                 ["image 0", "2 FORGE output checksums, expected 1"]),
+    "too_few_forge_checksums": ("adapt", lambda t: set_field(t, "img", None, "forge", ""),
+                                ["image 0", "0 FORGE output checksums, expected 1"]),
+    "too_few_op_checksums": ("adapt", lambda t: set_field(t, "img", None, "trace",
+                                                          lambda v: v[:v.rindex(",")]),
+                             ["image 0", "3 op output checksums, expected 4"]),
+    "gate_decision_unknown": ("gated", lambda t: set_field(t, "gate", N - 1, "decision",
+                                                           "maybe"), ["decision"]),
+    "board_reset": ("adapt", _reset_mid_run, ["reset", "line"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_log_is_one_line_or_a_named_problem(tmp_path, capsys, case):
+  """Never a traceback: a one-line error or NOT VERIFIED naming the line and field;
+  never "op None (?)" nor "another model" for a log of this model."""
+  mode, make, names = MALFORMED[case]
+  exp = _expected(mode)
+  (tmp_path / "expected.json").write_text(json.dumps(exp))
+  (tmp_path / "device.log").write_text(make(_log(exp)))
+  assert cli(["forge_tflm", "verify-device", str(tmp_path / "device.log"),
+              f"--expected={tmp_path}"]) == 1
+  captured = capsys.readouterr()
+  assert "Traceback" not in captured.err and len(captured.err.splitlines()) <= 1
+  said = captured.out + captured.err
+  assert "NOT VERIFIED" in said or captured.err
+  for name in names:
+    assert name in said, (name, said)
+  for wrong in ("None", "(?)", "another model"):
+    assert wrong not in said, said
+
+
+def test_line_numbers_in_the_malformed_cases_are_those_of_the_log():
+  text = _log(_expected())
+  assert line_of(text, "img index=1 ") == 9  # MALFORMED names "line 9"
+  assert line_of(_add_lines(text, "img index=0 ", ["tensor x"]), "tensor") == 9
 
 
 # --------------------------------------------------------------------- PPK2
@@ -187,6 +300,62 @@ def test_ppk2_bad_input_is_a_one_line_error(text, why):
     ppk2.read_capture(text, is_text=True)
 
 
+HEAD = "Timestamp(ms),Current(uA),D0-D7\n"
+
+
+@pytest.mark.parametrize("rows,why", [
+    (["0,1,00000001", "0.01,nan,00000001"], "line 3: current 'nan' is not a finite number"),
+    (["0,1,00000001", "0.01,inf,00000001"], "line 3: current 'inf' is not a finite number"),
+    (["0,1,00000001", "0.01,-Infinity,00000001"], "line 3: current"),
+    (["0,1,00000001", "nan,1,00000001"], "line 3: timestamp 'nan' is not a finite number"),
+    (["inf,1,00000001", "0.01,1,00000001"], "line 2: timestamp 'inf'"),
+    (["0,1,00000001", "0.01,-3.5,00000001"], "line 3: negative current -3.5"),
+    (["0,1,00000001", "0.01,1,00000001", "0.01,1,00000001"], "line 4: timestamp 0.01 is"
+     " not increasing"),
+])
+def test_ppk2_non_finite_or_negative_samples_are_refused_with_the_line(rows, why):
+  with pytest.raises(ValueError, match=re.escape(why)) as e:
+    ppk2.read_capture(HEAD + "\n".join(rows) + "\n", is_text=True)
+  assert "\n" not in str(e.value)
+
+
+def test_ppk2_unclosed_quote_is_one_line(tmp_path):
+  """A quote opened and never closed swallows the rest of the file into one field
+  (past the csv module's 128 KiB field limit in a real capture)."""
+  path = _capture(str(tmp_path / "c.csv"))
+  with open(path) as f:
+    lines = f.read().splitlines(keepends=True)
+  lines[3] = lines[3].replace(",", ',"', 1)
+  (tmp_path / "q.csv").write_text("".join(lines))
+  with pytest.raises(ValueError, match=r"line 4: .*quote") as e:
+    ppk2.read_capture(str(tmp_path / "q.csv"))
+  assert "\n" not in str(e.value)
+
+
+def test_ppk2_export_with_extra_columns_reads_its_channels(tmp_path):
+  """Extra columns beside the channels (other app versions) are ignored; a header
+  with no channel column names what it has."""
+  plain = ppk2.phase_energy(ppk2.read_capture(_capture(str(tmp_path / "c.csv"))), 3.3)
+  text = (tmp_path / "c.csv").read_text().splitlines()
+  extra = ["Timestamp(ms),Current(uA),D0-D7,Voltage(mV)"] + [t + ",3300" for t in text[1:]]
+  (tmp_path / "x.csv").write_text("\n".join(extra) + "\n")
+  pe = ppk2.phase_energy(ppk2.read_capture(str(tmp_path / "x.csv")), 3.3)
+  np.testing.assert_array_equal(pe.total_j, plain.total_j)
+  np.testing.assert_array_equal(pe.forge_j, plain.forge_j)
+  with pytest.raises(ValueError, match="no digital channels.*'Voltage\\(mV\\)'"):
+    ppk2.read_capture("Timestamp(ms),Current(uA),Voltage(mV)\n0,1,3300\n0.01,1,3300\n",
+                      is_text=True)
+
+
+def test_ppk2_energy_that_overflows_is_refused():
+  cap = ppk2.read_capture(HEAD + "0,0,00000000\n1e300,1e300,00000001\n2e300,1,00000000\n"
+                          "3e300,1,00000000\n", is_text=True)
+  with pytest.raises(ValueError, match="not finite"):
+    ppk2.phase_energy(cap, 3.3)
+  with pytest.raises(ValueError, match="supply voltage"):
+    ppk2.phase_energy(cap, float("inf"))
+
+
 def test_ppk2_without_marker_pulses_says_so():
   cap = ppk2.read_capture("Timestamp(ms),Current(uA),D0-D7\n0,1,00000000\n0.01,1,00000000\n",
                           is_text=True)
@@ -238,3 +407,25 @@ def test_load_expected_rejects_other_versions(tmp_path):
   os.remove(p)
   with pytest.raises(ValueError, match="cannot read"):
     load_expected(str(tmp_path))
+
+
+@pytest.mark.parametrize("mode,edit,field", [
+    ("adapt", lambda d: d["per_image"][1].pop("pred"), "per_image[1] has no label or pred"),
+    ("adapt", lambda d: d.update(images=7), "per_image does not hold images=7"),
+    ("adapt", lambda d: d["per_image"][2].update(logits=[0, 300]), "per_image[2].logits"),
+    ("adapt", lambda d: d["per_image"][0].update(trace=["12345678", 5]), "per_image[0].trace"),
+    ("gated", lambda d: d["gate"]["decisions"][1].update(score="high"), "gate.decisions[1]"),
+])
+def test_load_expected_names_a_hand_edited_field(tmp_path, capsys, mode, edit, field):
+  """An expected.json edited by hand: one line naming the file and the field, not a
+  traceback (a missing pred) nor a verdict against values it cannot hold."""
+  exp = _expected(mode)
+  (tmp_path / "device.log").write_text(_log(exp))
+  edit(exp)
+  (tmp_path / "expected.json").write_text(json.dumps(exp))
+  with pytest.raises(ValueError, match=re.escape(field)):
+    load_expected(str(tmp_path))
+  assert cli(["forge_tflm", "verify-device", str(tmp_path / "device.log"),
+              f"--expected={tmp_path}"]) == 1
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "expected.json" in err[0] and field in err[0], err

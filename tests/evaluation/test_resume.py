@@ -201,3 +201,61 @@ def test_batch_size_over_the_op_limit_is_refused_before_the_run(artifact, tmp_pa
                                        f" size must be <= {limit}"):
     _run(artifact, tmp_path / "o", config=cfg)
   assert probe.seen == []
+
+
+def _edit_record(key, value):
+  def edit(doc):
+    *parents, last = key
+    for p in parents:
+      doc = doc[p]
+    if value is _DELETE:
+      del doc[last]
+    else:
+      doc[last] = value
+  return edit
+
+
+_DELETE = object()
+
+
+@pytest.mark.parametrize("edit, text, message", [
+    # Issue 34: 57.0 printed as "5700.0 +- 0.0", NaN as nan, images=5 was accepted.
+    (_edit_record(("accuracy", "forge", 0), 57.0), None,
+     r"accuracy\.forge\[0\] is 57\.0, not a fraction in \[0, 1\]"),
+    (_edit_record(("accuracy", "source", 1), -0.25), None,
+     r"accuracy\.source\[1\] is -0\.25"),
+    (None, lambda t: t.replace('"forge": [', '"forge": [NaN, ', 1),
+     r"accuracy\.forge must be a list of 2 values"),
+    (_edit_record(("accuracy", "forge"), [0.5, float("nan")]), None,
+     r"accuracy\.forge\[1\] is NaN, not a fraction"),
+    (_edit_record(("images",), 5), None, r"images is 5, but the stream has 24 images"),
+    # Missing keys were a KeyError traceback.
+    (_edit_record(("seconds",), _DELETE), None, r"seconds is missing"),
+    (_edit_record(("accuracy", "scale-adapt"), _DELETE), None,
+     r"accuracy must have exactly the methods"),
+    (_edit_record(("gate_fired",), _DELETE), None, r"gate_fired is missing"),
+    (_edit_record(("seconds", "forge"), float("inf")), None, r"Infinity is not a number"),
+    (_edit_record(("order",), "[" * 5000 + "]" * 5000), lambda t: t.replace(
+        '"' + "[" * 5000 + "]" * 5000 + '"', "[" * 5000 + "]" * 5000),
+     r"not a results file \(not JSON we read \(nested more than 64 levels\)\)"),
+], ids=["accuracy_57", "accuracy_negative", "nan_in_list", "accuracy_nan", "images_5",
+        "seconds_missing", "method_missing", "gate_missing", "seconds_inf",
+        "deep_nesting"])
+def test_impossible_stream_results_are_refused(artifact, tmp_path, monkeypatch, edit,
+                                               text, message):
+  out = tmp_path / "out"
+  _Interrupt(monkeypatch, stop_at="bright")
+  with pytest.raises(KeyboardInterrupt):
+    _run(artifact, out)
+  path = out / "streams" / "001_dark.json"
+  doc = json.loads(path.read_text())
+  if edit is not None:
+    edit(doc)
+  raw = json.dumps(doc, indent=2)
+  path.write_text(text(raw) if text is not None else raw)
+  _Interrupt(monkeypatch)
+  with pytest.raises(ResumeError) as e:
+    _run(artifact, out, resume=True)
+  msg = str(e.value)
+  assert "\n" not in msg and msg.startswith(f"{path}: "), msg
+  assert __import__("re").search(message, msg), msg

@@ -130,3 +130,25 @@ def test_select_command_errors(setup, tmp_path, capsys):
   assert cli.main(["forge_tflm", "select", f"--artifact={artifact}",
                    "--ray_address=auto", f"--output={tmp_path / 's.json'}"]) == 1
   assert "--ray_address needs --executor=ray" in capsys.readouterr().err
+
+
+def test_k_beyond_the_sites_is_refused_before_any_work(setup, tmp_path, capsys,
+                                                       monkeypatch):
+  """Issue 34: select --k=50 on 21 sites silently selected all of them."""
+  artifact, data_dir = setup
+  n = len(selection.site_names(artifact))
+
+  def must_not_run(*args, **kwargs):
+    raise AssertionError("ranking started before k was checked")
+
+  monkeypatch.setattr(selection, "rank_sites", must_not_run)
+  with pytest.raises(ValueError, match=f"k={n + 1} but the artifact has {n} FORGE sites"):
+    selection.select(artifact, data_dir, config(k=n + 1), progress=False)
+  out = tmp_path / "s.json"
+  assert cli.main(["forge_tflm", "select", f"--artifact={artifact}", "--k=50",
+                   f"--data_dir={data_dir}", f"--output={out}"]) == 1
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and f"--k: k=50 but the artifact has {n} FORGE sites" in err
+  assert not out.exists()
+  with pytest.raises(ValueError, match="k must be an integer >= 1, not -2"):
+    config(k=-2)

@@ -8,6 +8,7 @@ import pytest
 from forge_tflm import ops
 from forge_tflm.ops import _forge_recalib_core as core
 from forge_tflm.ops import options
+from tests.custom_ops import options_crosscheck
 
 
 def test_option_fields_are_the_c_structs():
@@ -85,3 +86,20 @@ def test_prepared_op_equals_one_shot_and_reference_over_batches():
     assert op.state.data.tobytes() == ref_state.data.tobytes() == c_state.data.tobytes()
   op.reset()
   np.testing.assert_array_equal(op.state.mu, beta)
+
+
+@pytest.mark.parametrize("what", sorted(options_crosscheck.REGRESSIONS))
+def test_decoder_refuses_what_the_cpp_parser_refuses(what):
+  """Issue 34: offsets past the buffer's end (which Python's flexbuffers reader
+  wrapped back onto the original bytes) and a misaligned map decoded to valid
+  options here while the device's parser refused them; the message is the C++
+  parser's (custom_ops/forge_recalib/src/forge_recalib_options.cc)."""
+  cpp_message = {"key offset": "verification failed",
+                 "string value offset": "verification failed",
+                 "key vector offset": "bad key vector", "map offset": "bad map offset",
+                 "root width": "bad root width", "misaligned map": "bad map layout"}[what]
+  with pytest.raises(ValueError, match=f"malformed flexbuffer options: {cpp_message}"):
+    ops.decode_options(options_crosscheck.regression_buffer(what))
+  unmutated = bytes.fromhex(options_crosscheck._SEED)
+  assert ops.decode_options(unmutated) == ops.RecalibOptions(momentum=0.1,
+                                                             activation="relu")

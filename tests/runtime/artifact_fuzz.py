@@ -584,6 +584,7 @@ def load_and_run(path: str, kernels: str) -> tuple[str, str]:
     if "\n" in msg or not msg:
       return "error", f"multi-line or empty {type(e).__name__}: {msg!r}"[:500]
     origin = ("validator" if isinstance(e, ModelCheckError)
+              else "manifest" if "manifest contradicts the model" in msg
               else "litert" if ": LiteRT " in msg else "other")
     return "rejected", f"[{origin}] {msg}"[:500]
   except Exception as e:  # noqa: BLE001 - any other exception is a finding.
@@ -658,6 +659,22 @@ def run_isolated(path: str, kernels: str, workdir: str) -> dict:
   return record
 
 
+def _mutant_manifest(data: bytes, manifest: dict, mutator: str) -> dict:
+  """The manifest for a mutant: for a field mutant (re-serialized by the object API,
+  so safe to parse here) the one `convert` would write for it, so that the manifest's
+  checks against the model (issue 34) pass and the model's are exercised; otherwise,
+  or where it has none, the seed's with the mutant's hash."""
+  import hashlib
+
+  if mutator == "field":
+    try:
+      return seed_manifest(data)
+    except Exception:  # noqa: BLE001 - a mutant convert could not describe.
+      pass
+  return dict(manifest, model_sha256=hashlib.sha256(data).hexdigest(),
+              model_bytes=len(data))
+
+
 def run_mutant(seeds: dict, index: int, run_seed: int, workdir: str) -> dict:
   """Writes mutant `index` (and maybe its manifest) and runs it isolated; seeds:
   name -> (model bytes, manifest JSON)."""
@@ -674,8 +691,7 @@ def run_mutant(seeds: dict, index: int, run_seed: int, workdir: str) -> dict:
     f.write(data)
   with_manifest = rng.random() < 0.5
   if with_manifest:
-    doc = dict(manifest, model_sha256=hashlib.sha256(data).hexdigest(),
-               model_bytes=len(data))
+    doc = _mutant_manifest(data, manifest, mutator)
     with open(mpath, "w") as f:
       json.dump(doc, f)
   elif os.path.exists(mpath):
@@ -753,7 +769,7 @@ def fuzz(mutants: int, workers: int = 2, run_seed: int = 0, start: int = 0,
       if rec["outcome"] == "rejected":
         origin = rec["message"].split("]")[0].lstrip("[")
         rejected_by[origin] += 1
-        if origin != "validator" and len(not_validator) < 100:
+        if origin not in ("validator", "manifest") and len(not_validator) < 100:
           not_validator.append(rec)
       if rec["outcome"] in FAILURES:
         findings.append(rec)

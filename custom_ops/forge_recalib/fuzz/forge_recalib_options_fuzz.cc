@@ -1,20 +1,27 @@
-// Fuzz harness: FORGE_RECALIB option parsing + validation + one tiny invocation.
+// Fuzz harness: FORGE_RECALIB option parsing + validation + every C path that
+// consumes the options.
 //
 // The input is the custom_options byte string. Parsed options must validate;
-// quantization parameters and targets are then drawn from a hash of the input
-// (including NaN, +-inf, zero, out-of-range scales and zero points) and the C
-// core runs on heap tensors of exact size, so AddressSanitizer catches any
-// out-of-bounds access. Invariants violated -> abort().
+// quantization parameters, targets, class offsets and logits are then drawn
+// from a hash of the input (including NaN, +-inf, zero, out-of-range scales
+// and zero points) and the C core runs on heap tensors of exact size, so
+// AddressSanitizer catches any out-of-bounds access: the plain-C path
+// (forge_recalib_s8_ansi_path), the host x86 variant where built
+// (FORGE_RECALIB_X86: forge_recalib_s8_x86_path, bit-exact to ansi) and, with
+// `classes`, the class functions in the order the TFLM kernel calls them.
+// Invariants violated -> abort().
 //
 // Builds two ways (tests/custom_ops/test_fuzz_options.py does both):
 //  * libFuzzer: clang++ -fsanitize=fuzzer,address,undefined ...
 //  * no libFuzzer: g++ -fsanitize=address,undefined -DFORGE_RECALIB_FUZZ_DRIVER
 //    adds main() below: a deterministic mutation driver taking the libFuzzer
-//    flags -runs=N -seed=S and corpus files/directories.
+//    flags -runs=N -seed=S and corpus files/directories, and -stream=FILE: run
+//    each input of FILE (records of a 2-byte little-endian length and the
+//    bytes) once, in order (tests/custom_ops/options_crosscheck.py writes them).
 // With FORGE_RECALIB_FUZZ_PRINT=1 in the environment each input's parse result
-// is printed ("<fnv1a64 of input> OK <use_window> <momentum bits> <window>
-// <eps bits> <activation> <variance>" or "<fnv1a64> ERR <message>") for
-// cross-checks against the Python decoder.
+// is printed ("<fnv1a64 of input> OK use_window=<int> momentum=<float32 bits>
+// ..." with every field of FORGE_RECALIB_OPTION_FIELDS, or "<fnv1a64> ERR
+// <message>") for cross-checks against the Python decoder.
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -27,15 +34,21 @@
 
 namespace {
 
-const float kScales[] = {0.0f,      -0.0f,       NAN,     INFINITY,
-                         -INFINITY, 1e-45f,      4.5e-13f /* < 2^-40 */,
-                         9.094947017729282e-13f /* 2^-40 */, 0.05f, 1.0f,
-                         1099511627776.0f /* 2^40 */, 2.2e12f /* > 2^40 */,
-                         -1.0f,     FLT_MAX};
-const int32_t kZeroPoints[] = {-129, -128, -1, 0, 5, 127, 128, INT32_MIN, INT32_MAX};
-const float kTargets[] = {0.0f, -0.0f, 1.0f, -3.0f, 1e-30f, NAN, INFINITY,
-                          -INFINITY, 1099511627776.0f, -1099511627776.0f,
-                          2.2e12f, 1e-45f, 0.25f};
+// Valid values first (kValid* of them): Pick draws only among those half the
+// time, so that the C paths past validation run often.
+const float kScales[] = {0.05f, 1.0f, 9.094947017729282e-13f /* 2^-40 */,
+                         1099511627776.0f /* 2^40 */,
+                         0.0f, -0.0f, NAN, INFINITY, -INFINITY, 1e-45f,
+                         4.5e-13f /* < 2^-40 */, 2.2e12f /* > 2^40 */, -1.0f, FLT_MAX};
+const size_t kValidScales = 4;
+const int32_t kZeroPoints[] = {-128, -1, 0, 5, 127, -129, 128, INT32_MIN, INT32_MAX};
+const size_t kValidZeroPoints = 5;
+// The first kValidTargets are valid as beta and as gamma_abs.
+const float kTargets[] = {0.0f, -0.0f, 1.0f, 1e-30f, 1099511627776.0f, 1e-45f, 0.25f,
+                          -3.0f, -1099511627776.0f, NAN, INFINITY, -INFINITY, 2.2e12f};
+const size_t kValidTargets = 7;
+const float kOffsets[] = {0.0f, 0.5f, -2.0f, 1099511627776.0f, 2.2e12f, NAN};
+const size_t kValidOffsets = 4;
 
 template <typename T, size_t N>
 constexpr size_t Count(const T (&)[N]) { return N; }
@@ -64,6 +77,12 @@ struct Picker {
   }
 };
 
+template <typename T, size_t N>
+T Pick(const T (&values)[N], size_t valid, Picker* pick) {
+  return values[pick->Next(2) ? pick->Next(static_cast<uint32_t>(valid))
+                              : pick->Next(static_cast<uint32_t>(N))];
+}
+
 uint64_t Fnv1a(const uint8_t* d, size_t n) {
   uint64_t h = 0xcbf29ce484222325ULL;
   for (size_t i = 0; i < n; ++i) h = (h ^ d[i]) * 0x100000001b3ULL;
@@ -83,14 +102,167 @@ bool PrintMode() {
   return mode == 1;
 }
 
-void RunCore(const forge_recalib_options& opts, Picker* pick) {
-  const float s_x = kScales[pick->Next(Count(kScales))];
-  const float s_y = kScales[pick->Next(Count(kScales))];
-  const int32_t z_x = kZeroPoints[pick->Next(Count(kZeroPoints))];
-  const int32_t z_y = kZeroPoints[pick->Next(Count(kZeroPoints))];
+void CheckOutputs(const int8_t* y, size_t count, const float* state, int32_t c,
+                  const forge_recalib_quant& quant) {
+  for (size_t i = 0; i < count; ++i) {
+    Check(y[i] >= quant.qmin && y[i] <= quant.qmax, "output in [qmin, qmax]");
+  }
+  for (int32_t i = 0; i < 2 * c; ++i) {
+    Check(state[i] == state[i] && fabsf(state[i]) <= FLT_MAX, "state stays finite");
+  }
+}
+
+// One node's tensors, each an exact-size heap block: one element past the end
+// is an ASan report.
+struct Node {
+  const forge_recalib_options* opts;
   forge_recalib_quant quant;
+  int32_t n, hw, c;
+  size_t count;
+  int8_t *x, *y;
+  float *beta, *gamma, *state;
+};
+
+// The host x86 variant must give the ansi path's output and state, bit for bit.
+void RunX86Twin(const Node& d, const int8_t* y_ansi, const float* state_before,
+                int32_t mode, int32_t path, void* scratch, size_t bytes,
+                Picker* pick) {
+#ifdef FORGE_RECALIB_X86
+  int8_t* y = new int8_t[d.count];
+  float* state = new float[2 * d.c];
+  memcpy(state, state_before, sizeof(float) * 2 * d.c);
   const char* msg = nullptr;
-  int status = forge_recalib_prepare_quant(&opts, s_x, z_x, s_y, z_y, &quant, &msg);
+  const int32_t isa = static_cast<int32_t>(pick->Next(3));
+  const int status = forge_recalib_s8_x86_path(d.x, y, d.n, d.hw, d.c, d.beta, d.gamma,
+                                               state, d.opts, &d.quant, mode, path,
+                                               isa, scratch, bytes, &msg);
+  Check(status == FORGE_RECALIB_OK, "valid x86 call succeeds");
+  Check(memcmp(y, y_ansi, d.count) == 0, "x86 output equals ansi");
+  Check(memcmp(state, d.state, sizeof(float) * 2 * d.c) == 0, "x86 state equals ansi");
+  delete[] y;
+  delete[] state;
+#else
+  (void)d, (void)y_ansi, (void)state_before, (void)mode, (void)path;
+  (void)scratch, (void)bytes, (void)pick;
+#endif
+}
+
+// The per-channel op: plain C (and its x86 twin), adapt twice then frozen.
+void RunPlain(const Node& d, Picker* pick) {
+  const int32_t path = static_cast<int32_t>(pick->Next(3));
+  // AUTO sometimes gets only the affine scratch size (must then use affine).
+  const size_t bytes = (path == FORGE_RECALIB_PATH_LUT || pick->Next(2))
+                           ? forge_recalib_scratch_bytes(d.c)
+                           : forge_recalib_scratch_bytes_affine(d.c);
+  void* scratch = malloc(bytes);
+  float* before = new float[2 * d.c];
+  const char* msg = nullptr;
+  for (int step = 0; step < 3; ++step) {
+    const int32_t mode = step == 2 ? FORGE_RECALIB_MODE_FROZEN : FORGE_RECALIB_MODE_ADAPT;
+    memcpy(before, d.state, sizeof(float) * 2 * d.c);
+    const int status = forge_recalib_s8_ansi_path(d.x, d.y, d.n, d.hw, d.c, d.beta,
+                                                  d.gamma, d.state, d.opts, &d.quant,
+                                                  mode, path, scratch, bytes, &msg);
+    Check(status == FORGE_RECALIB_OK, "valid call succeeds");
+    CheckOutputs(d.y, d.count, d.state, d.c, d.quant);
+    RunX86Twin(d, d.y, before, mode, path, scratch, bytes, pick);
+  }
+  // Too little scratch must be refused, not overrun.
+  const int status = forge_recalib_s8_ansi_path(
+      d.x, d.y, d.n, d.hw, d.c, d.beta, d.gamma, d.state, d.opts, &d.quant,
+      FORGE_RECALIB_MODE_ADAPT, FORGE_RECALIB_PATH_LUT, scratch,
+      forge_recalib_scratch_bytes(d.c) - 1, &msg);
+  Check(status == FORGE_RECALIB_ERR_SCRATCH, "short scratch refused");
+  delete[] before;
+  free(scratch);
+}
+
+// One adapt or frozen Eval of a class-balanced node, as the TFLM kernel runs it.
+void ClassEval(const Node& d, const float* offsets, float* class_state,
+               float* pending, int32_t mode, void* scratch, size_t bytes) {
+  const int32_t k = d.opts->classes;
+  const char* msg = nullptr;
+  if (mode == FORGE_RECALIB_MODE_ADAPT) {
+    Check(forge_recalib_image_moments(d.x, d.n, d.hw, d.c, &d.quant, pending, scratch,
+                                      bytes, &msg) == FORGE_RECALIB_OK,
+          "image moments succeed");
+  }
+  const int blind = forge_recalib_classes_mixture(d.beta, d.gamma, offsets, d.c, k,
+                                                  d.opts->class_guard > 0, class_state,
+                                                  d.state);
+  float* target = d.state;
+  int32_t core_mode = FORGE_RECALIB_MODE_FROZEN;
+  if (blind && mode == FORGE_RECALIB_MODE_ADAPT) {
+    target = forge_recalib_classes_blind(class_state, d.c, k);
+    core_mode = FORGE_RECALIB_MODE_ADAPT;
+  }
+  Check(forge_recalib_s8_ansi(d.x, d.y, d.n, d.hw, d.c, d.beta, d.gamma, target,
+                              d.opts, &d.quant, core_mode, scratch, bytes,
+                              &msg) == FORGE_RECALIB_OK,
+        "valid class-balanced call succeeds");
+  if (target != d.state) memcpy(d.state, target, sizeof(float) * 2 * d.c);
+  CheckOutputs(d.y, d.count, d.state, d.c, d.quant);
+}
+
+// The class functions: reset, then adapt Evals whose labels are committed from
+// int8 logits or from labels, an observe, and a frozen Eval.
+void RunClasses(const Node& d, Picker* pick) {
+  const int32_t k = d.opts->classes;
+  float* offsets = new float[static_cast<size_t>(k) * d.c];
+  bool offsets_ok = true;
+  // Mostly all valid, so the class path runs past its reset.
+  const size_t choices = pick->Next(8) ? kValidOffsets : Count(kOffsets);
+  for (size_t i = 0; i < static_cast<size_t>(k) * d.c; ++i) {
+    offsets[i] = kOffsets[pick->Next(static_cast<uint32_t>(choices))];
+    offsets_ok = offsets_ok && fabsf(offsets[i]) <= FORGE_RECALIB_TARGET_MAX;
+  }
+  float* class_state = new float[forge_recalib_class_floats(d.c, k)];
+  float* pending = new float[2 * static_cast<size_t>(d.n) * d.c];
+  int8_t* logits = new int8_t[static_cast<size_t>(d.n) * k];
+  int32_t* labels = new int32_t[d.n];
+  const size_t bytes = forge_recalib_scratch_bytes(d.c);
+  void* scratch = malloc(bytes);
+  const char* msg = nullptr;
+  const int status = forge_recalib_classes_reset(d.beta, d.gamma, offsets, d.c, k,
+                                                 class_state, &msg);
+  Check((status == FORGE_RECALIB_OK) == offsets_ok,
+        "classes_reset accepts exactly the valid offsets");
+  for (int step = 0; status == FORGE_RECALIB_OK && step < 4; ++step) {
+    ClassEval(d, offsets, class_state, pending,
+              step == 3 ? FORGE_RECALIB_MODE_FROZEN : FORGE_RECALIB_MODE_ADAPT,
+              scratch, bytes);
+    for (size_t i = 0; i < static_cast<size_t>(d.n) * k; ++i) {
+      logits[i] = static_cast<int8_t>(static_cast<int32_t>(pick->Next(256)) - 128);
+    }
+    for (int32_t i = 0; i < d.n; ++i) {
+      labels[i] = static_cast<int32_t>(pick->Next(static_cast<uint32_t>(k) + 1)) - 1;
+    }
+    const int r =
+        step == 0   ? forge_recalib_classes_commit_s8(pending, logits, d.n, d.c, d.opts,
+                                                      class_state, &msg)
+        : step == 1 ? forge_recalib_classes_commit(pending, labels, d.n, d.c, d.opts,
+                                                   class_state, &msg)
+                    : forge_recalib_classes_observe_s8(logits, d.n, d.c, d.opts,
+                                                       class_state, &msg);
+    Check(r == FORGE_RECALIB_OK, "class commit / observe succeeds");
+  }
+  free(scratch);
+  delete[] labels;
+  delete[] logits;
+  delete[] pending;
+  delete[] class_state;
+  delete[] offsets;
+}
+
+void RunCore(const forge_recalib_options& opts, Picker* pick) {
+  const float s_x = Pick(kScales, kValidScales, pick);
+  const float s_y = Pick(kScales, kValidScales, pick);
+  const int32_t z_x = Pick(kZeroPoints, kValidZeroPoints, pick);
+  const int32_t z_y = Pick(kZeroPoints, kValidZeroPoints, pick);
+  Node d;
+  d.opts = &opts;
+  const char* msg = nullptr;
+  int status = forge_recalib_prepare_quant(&opts, s_x, z_x, s_y, z_y, &d.quant, &msg);
   const bool scales_ok = s_x >= FORGE_RECALIB_SCALE_MIN &&
                          s_x <= FORGE_RECALIB_SCALE_MAX &&
                          s_y >= FORGE_RECALIB_SCALE_MIN &&
@@ -100,67 +272,40 @@ void RunCore(const forge_recalib_options& opts, Picker* pick) {
   Check((status == FORGE_RECALIB_OK) == (scales_ok && zeros_ok),
         "prepare_quant accepts exactly the valid scales/zero points");
   if (status != FORGE_RECALIB_OK) return;
-  Check(quant.qmin >= -128 && quant.qmin <= quant.qmax && quant.qmax <= 127,
+  Check(d.quant.qmin >= -128 && d.quant.qmin <= d.quant.qmax && d.quant.qmax <= 127,
         "activation range inside int8");
 
-  const int32_t n = 1 + static_cast<int32_t>(pick->Next(3));
-  const int32_t hw = 1 + static_cast<int32_t>(pick->Next(3));
-  const int32_t c = 1 + static_cast<int32_t>(pick->Next(4));
-  const size_t count = static_cast<size_t>(n) * hw * c;
-  // Exact-size heap blocks: one element past the end is an ASan report.
-  int8_t* x = new int8_t[count];
-  int8_t* y = new int8_t[count];
-  float* beta = new float[c];
-  float* gamma = new float[c];
-  float* state = new float[2 * c];
+  d.n = 1 + static_cast<int32_t>(pick->Next(3));
+  d.hw = 1 + static_cast<int32_t>(pick->Next(3));
+  d.c = 1 + static_cast<int32_t>(pick->Next(4));
+  d.count = static_cast<size_t>(d.n) * d.hw * d.c;
+  d.x = new int8_t[d.count];
+  d.y = new int8_t[d.count];
+  d.beta = new float[d.c];
+  d.gamma = new float[d.c];
+  d.state = new float[2 * d.c];
   bool targets_ok = true;
-  for (size_t i = 0; i < count; ++i) {
-    x[i] = static_cast<int8_t>(static_cast<int32_t>(pick->Next(256)) - 128);
+  for (size_t i = 0; i < d.count; ++i) {
+    d.x[i] = static_cast<int8_t>(static_cast<int32_t>(pick->Next(256)) - 128);
   }
-  for (int32_t i = 0; i < c; ++i) {
-    beta[i] = kTargets[pick->Next(Count(kTargets))];
-    gamma[i] = kTargets[pick->Next(Count(kTargets))];
-    targets_ok = targets_ok && fabsf(beta[i]) <= FORGE_RECALIB_TARGET_MAX &&
-                 gamma[i] >= 0.0f && gamma[i] <= FORGE_RECALIB_TARGET_MAX;
+  for (int32_t i = 0; i < d.c; ++i) {
+    d.beta[i] = Pick(kTargets, kValidTargets, pick);
+    d.gamma[i] = Pick(kTargets, kValidTargets, pick);
+    targets_ok = targets_ok && fabsf(d.beta[i]) <= FORGE_RECALIB_TARGET_MAX &&
+                 d.gamma[i] >= 0.0f && d.gamma[i] <= FORGE_RECALIB_TARGET_MAX;
   }
-  status = forge_recalib_state_reset(beta, gamma, c, state, &msg);
+  status = forge_recalib_state_reset(d.beta, d.gamma, d.c, d.state, &msg);
   Check((status == FORGE_RECALIB_OK) == targets_ok,
         "state_reset accepts exactly the valid targets");
   if (status == FORGE_RECALIB_OK) {
-    const int32_t path = static_cast<int32_t>(pick->Next(3));
-    // AUTO sometimes gets only the affine scratch size (must then use affine).
-    const size_t bytes = (path == FORGE_RECALIB_PATH_LUT || pick->Next(2))
-                             ? forge_recalib_scratch_bytes(c)
-                             : forge_recalib_scratch_bytes_affine(c);
-    void* scratch = malloc(bytes);
-    for (int step = 0; step < 3; ++step) {
-      const int32_t mode = step == 2 ? FORGE_RECALIB_MODE_FROZEN
-                                     : FORGE_RECALIB_MODE_ADAPT;
-      status = forge_recalib_s8_ansi_path(x, y, n, hw, c, beta, gamma, state,
-                                          &opts, &quant, mode, path, scratch,
-                                          bytes, &msg);
-      Check(status == FORGE_RECALIB_OK, "valid call succeeds");
-      for (size_t i = 0; i < count; ++i) {
-        Check(y[i] >= quant.qmin && y[i] <= quant.qmax, "output in [qmin, qmax]");
-      }
-      for (int32_t i = 0; i < 2 * c; ++i) {
-        Check(state[i] == state[i] && fabsf(state[i]) <= FLT_MAX,
-              "state stays finite");
-      }
-    }
-    // Too little scratch must be refused, not overrun.
-    status = forge_recalib_s8_ansi_path(x, y, n, hw, c, beta, gamma, state,
-                                        &opts, &quant, FORGE_RECALIB_MODE_ADAPT,
-                                        FORGE_RECALIB_PATH_LUT, scratch,
-                                        forge_recalib_scratch_bytes(c) - 1, &msg);
-    Check(status == FORGE_RECALIB_ERR_SCRATCH, "short scratch refused");
-    free(scratch);
+    RunPlain(d, pick);
+    if (opts.classes > 0) RunClasses(d, pick);
   }
-  delete[] x;
-  delete[] y;
-  delete[] beta;
-  delete[] gamma;
-  delete[] state;
+  delete[] d.x;
+  delete[] d.y;
+  delete[] d.beta;
+  delete[] d.gamma;
+  delete[] d.state;
 }
 
 // Unparseable inputs still exercise the C core's own validation: the last
@@ -182,9 +327,42 @@ void RunRawOptions(const uint8_t* data, size_t size) {
   Check(raw.activation >= 0 && raw.activation <= 2 && raw.variance >= 0 &&
             raw.variance <= 1,
         "validated enums");
+  Check(raw.classes == 0 || (raw.classes >= 2 && raw.classes <= FORGE_RECALIB_MAX_CLASSES),
+        "validated classes");
+  Check(raw.class_margin >= 0 && raw.class_margin <= 255 &&
+            (raw.class_guard == 0 || (raw.class_guard >= FORGE_RECALIB_MIN_GUARD &&
+                                      raw.class_guard <= FORGE_RECALIB_MAX_GUARD)) &&
+            (raw.classes > 0 || (raw.class_margin == 0 && raw.class_guard == 0)),
+        "validated class options");
   ++g_raw_ok;
   Picker pick{Fnv1a(data, size) ^ 0x5bd1e995u};
   RunCore(raw, &pick);
+}
+
+// "<hash> OK use_window=1 momentum=<bits> window=8 ..." (every option field,
+// floats as float32 bits) or "<hash> ERR <message>": compared line by line
+// with the Python decoder's verdict (tests/custom_ops/options_crosscheck.py).
+void PrintVerdict(const uint8_t* data, size_t size, int status,
+                  const forge_recalib_options& opts, const char* msg) {
+  printf("%016llx ", static_cast<unsigned long long>(Fnv1a(data, size)));
+  if (status != FORGE_RECALIB_OK) {
+    printf("ERR %s\n", msg);
+  } else {
+    printf("OK use_window=%d", static_cast<int>(opts.use_window));
+#define PRINT_FLOAT(field) printf(" " #field "=%08x", FloatBits(opts.field))
+#define PRINT_INT(field) printf(" " #field "=%d", static_cast<int>(opts.field))
+#define PRINT_ACTIVATION PRINT_INT
+#define PRINT_VARIANCE PRINT_INT
+#define X(field, kind) PRINT_##kind(field);
+    FORGE_RECALIB_OPTION_FIELDS(X)
+#undef X
+#undef PRINT_FLOAT
+#undef PRINT_INT
+#undef PRINT_ACTIVATION
+#undef PRINT_VARIANCE
+    printf("\n");
+  }
+  fflush(stdout);
 }
 
 }  // namespace
@@ -194,20 +372,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const char* msg = nullptr;
   const int status = forge_recalib::ParseOptions(data, size, &opts, &msg);
   Check(msg != nullptr && msg[0] != '\0', "parser sets a message");
-  if (PrintMode()) {
-    if (status == FORGE_RECALIB_OK) {
-      printf("%016llx OK %d %08x %d %08x %d %d\n",
-             static_cast<unsigned long long>(Fnv1a(data, size)),
-             static_cast<int>(opts.use_window),
-             FloatBits(opts.momentum), static_cast<int>(opts.window),
-             FloatBits(opts.eps), static_cast<int>(opts.activation),
-             static_cast<int>(opts.variance));
-    } else {
-      printf("%016llx ERR %s\n",
-             static_cast<unsigned long long>(Fnv1a(data, size)), msg);
-    }
-    fflush(stdout);
-  }
+  if (PrintMode()) PrintVerdict(data, size, status, opts, msg);
   if (status != FORGE_RECALIB_OK) {
     Check(status == FORGE_RECALIB_ERR_OPTIONS, "parse errors are option errors");
     RunRawOptions(data, size);
@@ -327,6 +492,20 @@ void Mutate(Rng* rng, const std::vector<Bytes>& corpus, Bytes* b) {
   }
 }
 
+// -stream=FILE: records of a 2-byte little-endian length and that many bytes.
+bool ReadStream(const std::string& path, std::vector<Bytes>* out) {
+  Bytes all;
+  if (!ReadFile(path, &all)) return false;
+  size_t at = 0;
+  while (at + 2 <= all.size()) {
+    const size_t n = all[at] | (static_cast<size_t>(all[at + 1]) << 8);
+    if (at + 2 + n > all.size()) return false;
+    out->push_back(Bytes(all.begin() + at + 2, all.begin() + at + 2 + n));
+    at += 2 + n;
+  }
+  return at == all.size();
+}
+
 void RunExact(const Bytes& b) {
   // Exact-size heap copy so reads past `size` are ASan reports.
   uint8_t* copy = static_cast<uint8_t*>(malloc(b.empty() ? 1 : b.size()));
@@ -342,7 +521,17 @@ int main(int argc, char** argv) {
   uint64_t seed = 1;
   std::vector<std::string> files;
   for (int i = 1; i < argc; ++i) {
-    if (strncmp(argv[i], "-runs=", 6) == 0) {
+    if (strncmp(argv[i], "-stream=", 8) == 0) {
+      std::vector<Bytes> inputs;
+      if (!ReadStream(argv[i] + 8, &inputs)) {
+        fprintf(stderr, "cannot read the input stream %s\n", argv[i] + 8);
+        return 2;
+      }
+      for (const Bytes& b : inputs) RunExact(b);
+      fprintf(stderr, "Executed %zu inputs: %lld parsed, %lld raw option structs valid\n",
+              inputs.size(), g_parsed_ok, g_raw_ok);
+      return 0;
+    } else if (strncmp(argv[i], "-runs=", 6) == 0) {
       runs = atoll(argv[i] + 6);
     } else if (strncmp(argv[i], "-seed=", 6) == 0) {
       seed = strtoull(argv[i] + 6, nullptr, 10);

@@ -1,0 +1,88 @@
+"""Long mutation fuzz of verify-device's inputs: device logs and PPK2 captures (issue 34).
+
+The CI test (tests/deploy/test_fuzz_deploy_inputs.py) runs mutants 0-9,999 of each;
+this runs --mutants (default 100,000) of each from the same generator
+(tests/deploy/deploy_fuzz.py: two genuine logs, two PPK2 exports; value, token, line,
+byte and truncation mutations; each mutant through verify-device's own parsing and
+verdict code) and prints the counts measured. A traceback, an unclean message or a
+verdict that contradicts its input is listed with its mutant and makes the exit
+status 1.
+
+  nice python benchmarks/fuzz_deploy_inputs.py --output=benchmarks/results/fuzz_deploy_inputs.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+
+from tests.deploy import deploy_fuzz as df  # noqa: E402
+
+
+def _table(title: str, rows: dict, outcomes) -> list[str]:
+  lines = [f"{title:<12}" + "".join(f"{o:>14}" for o in outcomes) + f"{'total':>10}"]
+  for name, counts in sorted(rows.items()):
+    lines.append(f"{name:<12}" + "".join(f"{counts.get(o, 0):>14,}" for o in outcomes)
+                 + f"{sum(counts.values()):>10,}")
+  return lines
+
+
+def _section(what: str, s: dict, outcomes, n: int) -> list[str]:
+  counts = s["counts"]
+  lines = [f"## {what}: {n:,} mutants, {s['wall_seconds']:,.0f} s wall "
+           f"({1000 * s['wall_seconds'] / max(n, 1):.2f} ms per mutant, shared host)",
+           "outcomes: " + ", ".join(f"{o} {counts.get(o, 0):,}" for o in outcomes),
+           f"failures (traceback or unclean message): {counts.get('error', 0)}",
+           f"verdicts contradicting their input: {counts.get('contradiction', 0)}", "",
+           *_table("seed", s["by_seed"], outcomes), "",
+           *_table("mutator", s["by_mutator"], outcomes), "",
+           "most frequent reasons (numbers and quoted values left out):"]
+  lines += [f"  {v:>7,}  {k}" for k, v in s["reasons"].items()]
+  if s["findings"]:
+    lines += ["", "findings:"] + [
+        f"  #{r['index']} {r['seed']}/{r['mutator']}: {r['desc']} -> {r['outcome']}: "
+        f"{r['message'][:300]}" for r in s["findings"][:50]]
+  return lines
+
+
+def report(summary: dict, command: str) -> str:
+  n = summary["mutants"]
+  lines = [f"# {datetime.date.today().isoformat()}: {command}",
+           f"# tests/deploy/deploy_fuzz.py, run seed {summary['run_seed']}, mutants "
+           f"{summary['start']}-{summary['start'] + n - 1} of each kind, in one process; "
+           f"{platform.platform()}, Python {platform.python_version()}, "
+           f"{os.cpu_count()} CPUs; CPU {summary['cpu_seconds']:,.0f} s", ""]
+  lines += _section("device logs (verify-device)", summary["log"], df.LOG_OUTCOMES, n)
+  lines += [""] + _section("PPK2 captures (verify-device --ppk2)", summary["csv"],
+                           df.CSV_OUTCOMES, n)
+  return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--mutants", type=int, default=100_000)
+  p.add_argument("--run_seed", type=int, default=0)
+  p.add_argument("--start", type=int, default=0)
+  p.add_argument("--output", default=None, help="also write the report here")
+  args = p.parse_args(argv)
+  summary = df.fuzz(args.mutants, args.run_seed, args.start,
+                    progress=lambda what, done, counts: print(
+                        f"{what} {done:,} {dict(counts)}", file=sys.stderr, flush=True))
+  command = "python benchmarks/fuzz_deploy_inputs.py " + " ".join(
+      argv if argv is not None else sys.argv[1:])
+  text = report(summary, command.strip())
+  sys.stdout.write(text)
+  if args.output:
+    with open(args.output, "w") as f:
+      f.write(text)
+  return 1 if summary["log"]["findings"] or summary["csv"]["findings"] else 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,224 @@
+"""Int8 TFLite front end: the full-int8 model a user already ships, BN folded long ago.
+
+No BatchNorm is left to read FORGE's clean targets from, so they are measured: a site's
+pre-activation output (the conv's int32 accumulator plus bias in real units, before its
+fused activation and requantization) over clean calibration images; beta = its
+per-channel mean, |gamma| = its per-channel standard deviation. Sites: every CONV_2D and
+DEPTHWISE_CONV_2D. The input model is the plain int8 model, byte for byte.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+
+from forge_tflm import tflite_graph as tg
+from forge_tflm.converter.calibration import RangeStats
+from forge_tflm.converter.sites import BNSite, ConversionError, first_line
+from forge_tflm.ops.options import DEFAULT_EPS, activation_from_tflite
+
+_KINDS = {"CONV_2D": "conv", "DEPTHWISE_CONV_2D": "depthwise"}
+# The accumulator reconstructed here is requantized and compared with the model's own
+# conv output: the kernels' fixed-point multiplier may round one step differently.
+_REPRODUCE_STEPS = 1
+# Calibration inputs whose quantization saturates more often than this were given with
+# the wrong input contract (e.g. pixels/255 for a model that takes 0..255).
+_MAX_INPUT_SATURATION = 0.01
+# ... or use so few input steps that the contract must be too narrow (pixels/255 for a
+# model that takes 0..255 uses 2).
+_MIN_INPUT_STEPS = 16
+_KEEP_VALUES = 200_000  # Per site, for the pre-activation range (calibration.RangeStats).
+
+
+@dataclasses.dataclass(frozen=True)
+class _Conv:
+  """What the accumulator of one conv needs, read from the flatbuffer once."""
+  index: int
+  kind: str
+  input: int                 # Tensor indices.
+  output: int
+  weights: np.ndarray        # int8, TFLite layout ([O,H,W,I] or [1,H,W,C*M]).
+  bias: np.ndarray           # Real units (bias_q * bias scale), [O].
+  input_quant: tuple[float, int]
+  output_quant: tuple[float, int]
+  activation: str            # The conv's fused activation (a forge_tflm.ops name).
+  weight_scale: np.ndarray   # [O]
+  stride: tuple[int, int]
+  dilation: tuple[int, int]
+  same_padding: bool
+  multiplier: int            # Depthwise channel multiplier (1 for CONV_2D).
+
+
+_LAYER_PATTERNS = (re.compile(r"(^|_)bn(_|\d|$)|batch_?norm", re.IGNORECASE),
+                   re.compile(r"conv|depthwise", re.IGNORECASE))
+
+
+def site_name(tensor_name: str, index: int) -> str:
+  """A readable name: the layer a TFLite tensor name cites, the folded BN's first (the
+  float path's site name), else the conv's, else the operator index.
+
+  Names are ';'-joined op paths "model/layer/.../op"; the outermost matching layer
+  wins (Keras 3 puts a "batchnorm" scope inside the BN layer). Keras 3 exports also
+  suffix every scope with "_1", the model's included: that suffix is dropped.
+  """
+  for pattern in _LAYER_PATTERNS:
+    for part in tensor_name.split(";"):
+      parts = part.split("/")
+      for layer in parts[1:-1]:
+        if pattern.search(layer):
+          if parts[0].endswith("_1") and layer.endswith("_1"):
+            layer = layer[:-2]
+          return layer
+  return f"op{index}"
+
+
+class TfliteFrontend:
+  """A full-int8 .tflite behind the converter's passes."""
+
+  name = "tflite"
+
+  def __init__(self, path: str):
+    self.path = path
+    with open(path, "rb") as f:
+      self.data = f.read()
+    if self.data[4:8] != tg.FILE_IDENTIFIER:
+      raise ConversionError(f"{path!r} is not a TFLite flatbuffer (no TFL3 identifier)")
+    try:
+      self.model_t = tg.load_model(self.data)
+    except Exception as e:
+      raise ConversionError(f"cannot read TFLite model {path!r}: {first_line(e)}") from e
+    self._check_int8()
+    self.convs = self._read_convs()
+    self._stats: dict[str, RangeStats] = {}
+
+  def _check_int8(self) -> None:
+    m = self.model_t
+    if len(m.subgraphs) != 1:
+      raise ConversionError(f"{self.path}: {len(m.subgraphs)} subgraphs; convert a model"
+                            " with one")
+    sg = m.subgraphs[0]
+    for op in sg.operators:
+      if tg.is_custom(m, op):
+        what = ("already has FORGE_RECALIB: it is an artifact, not a plain model"
+                if tg.op_name(m, op) == tg.FORGE_RECALIB else
+                f"has the custom op {tg.op_name(m, op)!r}")
+        raise ConversionError(f"{self.path} {what}")
+    for role, ids in (("input", sg.inputs), ("output", sg.outputs)):
+      if len(ids) != 1:
+        raise ConversionError(f"{self.path}: {len(ids)} {role}s; one is supported")
+      t = sg.tensors[ids[0]]
+      if t.type != tg.schema.TensorType.INT8:
+        raise ConversionError(
+            f"{self.path}: the {role} is {tg.numpy_dtype(t).__name__}, not int8: convert"
+            " from a full-int8 model (int8 input and output)")
+
+  def _read_convs(self) -> list[_Conv]:
+    m = self.model_t
+    sg = m.subgraphs[0]
+    convs = []
+    for i, op in enumerate(sg.operators):
+      kind = _KINDS.get(tg.op_name(m, op))
+      if kind is None:
+        continue
+      x, w = sg.tensors[op.inputs[0]], sg.tensors[op.inputs[1]]
+      weights = tg.buffer_array(m, w)
+      if weights is None or weights.dtype != np.int8 or x.type != tg.schema.TensorType.INT8:
+        raise ConversionError(f"{self.path}: {tg.op_name(m, op)} op {i} is not int8 with"
+                              " constant int8 weights: not a full-int8 model")
+      out_ch = int(weights.shape[0 if kind == "conv" else 3])
+      w_scale = np.broadcast_to(np.asarray(w.quantization.scale, np.float64), (out_ch,))
+      bias = np.zeros(out_ch)
+      if len(op.inputs) > 2 and op.inputs[2] >= 0:
+        b = sg.tensors[op.inputs[2]]
+        bias = (tg.buffer_array(m, b).astype(np.float64)
+                * np.broadcast_to(np.asarray(b.quantization.scale, np.float64), (out_ch,)))
+      o = op.builtinOptions
+      act = activation_from_tflite(o.fusedActivationFunction)
+      if act is None:
+        raise ConversionError(f"{self.path}: op {i} has unsupported fused activation code"
+                              f" {o.fusedActivationFunction}")
+      convs.append(_Conv(
+          index=i, kind=kind, input=int(op.inputs[0]), output=int(op.outputs[0]),
+          weights=weights, bias=bias, input_quant=tg.per_tensor_quant(x),
+          output_quant=tg.per_tensor_quant(sg.tensors[op.outputs[0]]),
+          activation=act.name,
+          weight_scale=np.array(w_scale), stride=(o.strideH, o.strideW),
+          dilation=(o.dilationHFactor or 1, o.dilationWFactor or 1),
+          same_padding=o.padding == tg.schema.Padding.SAME,
+          multiplier=int(o.depthMultiplier or 1) if kind == "depthwise" else 1))
+    return convs
+
+  @property
+  def input_shape(self) -> tuple[int, ...]:
+    sg = self.model_t.subgraphs[0]
+    return tuple(int(d) for d in sg.tensors[sg.inputs[0]].shape[1:])
+
+  def find_sites(self) -> list[BNSite]:
+    """Every conv, with no targets yet (`measure_targets` fills them)."""
+    if not self.convs:
+      raise ConversionError(f"{self.path}: no CONV_2D or DEPTHWISE_CONV_2D operators")
+    sg = self.model_t.subgraphs[0]
+    sites, used = [], set()
+    for c in self.convs:
+      out = sg.tensors[c.output]
+      name = site_name(tg.tensor_name(out), c.index)
+      if name in used:
+        name = f"{name}@op{c.index}"
+      used.add(name)
+      nan = np.full(int(out.shape[-1]), np.nan, np.float32)
+      sites.append(BNSite(name=name, conv=tg.tensor_name(out), kind=c.kind,
+                          activation=c.activation, beta=nan, gamma_abs=nan, eps=DEFAULT_EPS,
+                          folded_kernel=c.weights))
+    return sites
+
+  def op_index(self, sites: list[BNSite]) -> dict[str, int]:
+    by_output = {tg.tensor_name(self.model_t.subgraphs[0].tensors[c.output]): c.index
+                 for c in self.convs}
+    return {s.name: by_output[s.conv] for s in sites}
+
+  def quantize_input(self, x_float: np.ndarray) -> np.ndarray:
+    """Calibration floats -> the model's int8 input; refuses a contract that saturates."""
+    sg = self.model_t.subgraphs[0]
+    scale, zp = tg.per_tensor_quant(sg.tensors[sg.inputs[0]])
+    q = np.round(x_float / scale) + zp
+    saturated = float(np.mean((q < -128) | (q > 127)))
+    if saturated > _MAX_INPUT_SATURATION:
+      low, high = scale * (-128 - zp), scale * (127 - zp)
+      raise ConversionError(
+          f"{100 * saturated:.1f}% of the calibration inputs fall outside the model's"
+          f" input quantization [{low:.4g}, {high:.4g}]: give the input contract the model"
+          " was trained with (--input_range or --input_mean/--input_std)")
+    q = np.clip(q, -128, 127)
+    if q.size and q.max() - q.min() < _MIN_INPUT_STEPS:
+      raise ConversionError(
+          f"the calibration inputs use only {int(q.max() - q.min()) + 1} of the model's 256"
+          " input steps: give the input contract the model was trained with"
+          " (--input_range or --input_mean/--input_std)")
+    return q.astype(np.int8)
+
+  def measure_targets(self, sites: list[BNSite], x_float: np.ndarray) -> list[BNSite]:
+    """Sites with beta, |gamma| = the per-channel mean and std of their pre-activation
+    output over `x_float`; also keeps each site's range for `bn_output_ranges`."""
+    from forge_tflm.converter import preact
+
+    index = self.op_index(sites)
+    convs = {c.index: c for c in self.convs}
+    moments = preact.measure(self.data, [convs[index[s.name]] for s in sites],
+                             self.quantize_input(x_float), _KEEP_VALUES)
+    measured = []
+    for s, m in zip(sites, moments):
+      if m.worst_steps > _REPRODUCE_STEPS:
+        raise ConversionError(
+            f"site {s.name} (op {index[s.name]}): the reconstructed pre-activation is"
+            f" {m.worst_steps} steps off the model's own output; this conv layout is not"
+            " supported")
+      self._stats[s.name] = m.range
+      measured.append(dataclasses.replace(s, beta=m.mean.astype(np.float32),
+                                          gamma_abs=m.std.astype(np.float32)))
+    return measured
+
+  def bn_output_ranges(self, sites: list[BNSite], calibration_inputs: np.ndarray):
+    del calibration_inputs  # Measured with the targets, on the same images.
+    return {s.name: self._stats[s.name] for s in sites}

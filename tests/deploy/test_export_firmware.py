@@ -1,0 +1,170 @@
+"""forge_tflm export-firmware writes all of its outputs or none, and checks where it
+writes before any slow work: the fuzz seed artifact (8x8x3, one FORGE site) and a
+synthetic image stream in place of the dataset (no build, no dataset)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+
+import numpy as np
+import pytest
+
+from forge_tflm.cli.main import main as cli
+from forge_tflm.deploy import export, streams
+from tests.runtime import artifact_fuzz as af
+
+IMAGES = 3
+
+
+@pytest.fixture
+def artifact(tmp_path, monkeypatch):
+  """The seed artifact and its manifest; corrupted_stream replaced by random images."""
+  model = af.seed_model()
+  path = tmp_path / "art" / "seed.tflite"
+  path.parent.mkdir()
+  path.write_bytes(model)
+  (tmp_path / "art" / "seed.json").write_text(json.dumps(af.seed_manifest(model)))
+
+  def stream(data_dir, corruption, severity, limit, seed, ordering_index, dataset,
+             cache_dir):
+    rng = np.random.default_rng(seed)
+    return streams.ImageStream("synthetic", rng.integers(0, 256, (limit, 8, 8, 3), np.uint8),
+                               rng.integers(0, 10, limit), np.arange(limit))
+
+  monkeypatch.setattr(export, "corrupted_stream", stream)
+  return str(path)
+
+
+def _tree(root) -> dict:
+  """Every path under root -> its bytes (None for a directory)."""
+  out = {}
+  for d, dirs, files in os.walk(root):
+    for name in dirs:
+      out[os.path.relpath(os.path.join(d, name), root)] = None
+    for name in files:
+      with open(os.path.join(d, name), "rb") as f:
+        out[os.path.relpath(os.path.join(d, name), root)] = f.read()
+  return out
+
+
+def _export(artifact, out, **kw):
+  return export.export_firmware(artifact, str(out), images=kw.pop("images", IMAGES), **kw)
+
+
+def _check_complete(out, images):
+  """The four outputs, of the same export."""
+  assert sorted(os.listdir(out)) == sorted(export.OUTPUTS)
+  doc = export.load_expected(str(out))
+  assert doc["images"] == images == len(doc["per_image"])
+  assert doc["input_bytes"] == 8 * 8 * 3
+  assert os.path.getsize(out / "images.bin") == images * doc["input_bytes"]
+  assert f"forge_app_num_images = {images};" in (out / "forge_app_data.cc").read_text()
+
+
+@pytest.mark.parametrize("exchange", ["atomic", "two_renames"])
+def test_export_replaces_a_previous_export_whole(tmp_path, artifact, monkeypatch, exchange):
+  """With renameat2's exchange, and without (other systems: the earlier set moves
+  aside, the new one takes its place)."""
+  if exchange == "two_renames":
+    monkeypatch.setattr(export, "_exchange", lambda a, b: False)
+  out = tmp_path / "gen"
+  _export(artifact, out, images=2)
+  _check_complete(out, 2)
+  (out / "images.bin").chmod(0o600)
+  _export(artifact, out, images=IMAGES)
+  _check_complete(out, IMAGES)
+  assert sorted(os.listdir(tmp_path)) == ["art", "gen"]  # no temporary left beside it
+
+
+def test_a_failed_swap_puts_the_earlier_export_back(tmp_path, artifact, monkeypatch):
+  out = tmp_path / "gen"
+  _export(artifact, out, images=2)
+  before = _tree(tmp_path)
+  rename = os.rename
+
+  def failing(a, b):
+    if str(b) == str(out) and ".tmp-" in str(a) and not str(a).endswith(".old"):
+      raise OSError(errno.EIO, os.strerror(errno.EIO))
+    rename(a, b)
+
+  monkeypatch.setattr(export, "_exchange", lambda a, b: False)
+  monkeypatch.setattr(export.os, "rename", failing)
+  with pytest.raises(OSError, match="nothing was changed"):
+    _export(artifact, out)
+  assert _tree(tmp_path) == before
+
+
+def test_a_folder_named_expected_json_ends_with_no_new_files(tmp_path, artifact, capsys):
+  out = tmp_path / "gen"
+  (out / "expected.json").mkdir(parents=True)
+  before = _tree(tmp_path)
+  assert cli(["forge_tflm", "export-firmware", artifact, f"--output_dir={out}",
+              f"--images={IMAGES}"]) == 1
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "expected.json" in err[0] and str(out) in err[0], err
+  assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("leftover", ["stray_file", "partial_outputs"])
+def test_leftovers_of_an_earlier_failed_export_do_not_fail_a_later_one(tmp_path, artifact,
+                                                                      leftover):
+  """What an interrupted export of earlier versions left: its staging folder with
+  a stray file in it, or a part of its outputs."""
+  out = tmp_path / "gen"
+  (out / ".export.partial").mkdir(parents=True)
+  (out / ".export.partial" / "stray.tmp").write_text("left by an interrupted export")
+  if leftover == "partial_outputs":
+    (out / "forge_app_data.h").write_text("// an older export\n")
+  _export(artifact, out)
+  _check_complete(out, IMAGES)
+
+
+@pytest.mark.parametrize("failing", ["write_c_arrays", "write_image_stream", "json_dump"])
+@pytest.mark.parametrize("earlier", [False, True])
+def test_out_of_disk_space_leaves_nothing_behind(tmp_path, artifact, monkeypatch, failing,
+                                                 earlier):
+  """A write failing with ENOSPC: no new file anywhere; an earlier export stays whole."""
+  out = tmp_path / "gen"
+  if earlier:
+    _export(artifact, out, images=2)
+  before = _tree(tmp_path)
+
+  def full(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+  if failing == "json_dump":
+    monkeypatch.setattr(export.json, "dump", full)
+  else:
+    monkeypatch.setattr(export, failing, full)
+  with pytest.raises(OSError, match="No space left on device") as e:
+    _export(artifact, out)
+  assert _tree(tmp_path) == before
+  assert str(out) in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("case", ["a_file", "folder_named_output", "foreign_file"])
+def test_output_dir_is_checked_before_the_slow_work(tmp_path, artifact, monkeypatch, capsys,
+                                                     case):
+  """The artifact is not even loaded when the outputs could not be written."""
+  from forge_tflm.artifact import Artifact
+
+  out = tmp_path / "gen"
+  if case == "a_file":
+    out.write_text("not a folder")
+  elif case == "folder_named_output":
+    (out / "images.bin").mkdir(parents=True)
+  else:
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+  before = _tree(tmp_path)
+
+  def slow(*args, **kwargs):
+    raise AssertionError("loaded the artifact before checking --output_dir")
+
+  monkeypatch.setattr(Artifact, "load", slow)
+  assert cli(["forge_tflm", "export-firmware", artifact, f"--output_dir={out}"]) == 1
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and str(out) in err[0], err
+  assert _tree(tmp_path) == before
