@@ -9,8 +9,10 @@ the eval-mode model without constant folding, which is what fuses BN into Conv:
 
 (PRESERVE keeps an eval-mode model out of the exporter's eval peephole pass,
 which is where Conv+BN get fused; tests/converter/test_frontend_onnx.py runs
-this recipe end to end.) The graph is then rewritten (onnx_rewrite.py): constants
-folded, option-A subsample+pad shortcuts turned into 1x1 convolutions.
+this recipe end to end.) The graph is then rewritten: a symbolic batch pinned to 1 and
+every computation the fixed input shape determines folded (onnx_fold.py), option-A
+subsample+pad shortcuts turned into 1x1 convolutions and a per-channel input
+normalization into one depthwise convolution (onnx_rewrite.py).
 
 onnx2tf turns the graph into a TensorFlow SavedModel (NHWC), which is then
 quantized like the Keras path. onnx2tf fetches sample images from the internet
@@ -29,8 +31,8 @@ import numpy as np
 
 from absl import logging
 
-from forge_tflm.converter import onnx_rewrite
-from forge_tflm.converter.onnx_rewrite import node_attr
+from forge_tflm.converter import onnx_fold, onnx_rewrite
+from forge_tflm.converter.onnx_fold import node_attr
 from forge_tflm.converter.sites import BNSite, ConversionError, first_line, fold_scale
 
 # The file onnx2tf looks for before downloading (onnx2tf.utils.common_functions).
@@ -190,10 +192,16 @@ def find_onnx_sites(model) -> list[BNSite]:
                         gamma_abs=np.abs(gamma), eps=eps,
                         folded_kernel=folded.astype(np.float32)))
   if not sites:
-    raise ConversionError("no Conv->BatchNormalization sites in the ONNX model: BN was"
-                          " folded into the convs at export (PyTorch: export with"
-                          " do_constant_folding=False, training=TrainingMode.PRESERVE;"
-                          " tf2onnx always folds BN: convert the .keras model instead)")
+    if any(n.op_type == "BatchNormalization" for n in model.graph.node):
+      raise ConversionError("no Conv->BatchNormalization sites in the ONNX model: none of"
+                            " its BatchNormalization nodes follows a Conv")
+    # The graph cannot tell a model that never had BN from one whose exporter folded it.
+    raise ConversionError("no Conv->BatchNormalization sites: the ONNX model has no"
+                          " BatchNormalization nodes (never had BN, or BN folded at export:"
+                          " PyTorch: export with do_constant_folding=False,"
+                          " training=TrainingMode.PRESERVE; tf2onnx always folds BN: convert"
+                          " the .keras model; without BN: convert the model's full-int8"
+                          " .tflite, whose targets are measured)")
   return sites
 
 
@@ -314,11 +322,15 @@ class OnnxFrontend:
     self.path = path
     model = load_onnx_model(path)
     self.source_model = model  # As exported: the parity gate's reference.
-    model, folded = onnx_rewrite.fold_constants(model)
+    model, pinned = onnx_fold.pin_batch(model)
+    model, folded = onnx_fold.fold_constants(model)
     model, shortcuts = onnx_rewrite.subsample_pad_to_conv(model)
-    if folded or shortcuts:
-      logging.info("ONNX graph: %d constant nodes folded, %d subsample+pad shortcuts as "
-                   "1x1 convolutions", folded, shortcuts)
+    model, normalization = onnx_rewrite.input_affine_to_depthwise(model)
+    if pinned or folded or shortcuts or normalization:
+      logging.info("ONNX graph: batch pinned to 1: %s; %d constant nodes folded, %d "
+                   "subsample+pad shortcuts as 1x1 convolutions, %d input normalization"
+                   " ops as one depthwise convolution", pinned, folded, shortcuts,
+                   normalization)
     self.model = model
 
   @property

@@ -1,16 +1,7 @@
 """ONNX graph rewrites that make real PyTorch exports convert exactly through onnx2tf.
 
-Two passes, each returning a new model (the input is not modified):
-
-  fold_constants: evaluates every node whose inputs are all known before any image
-    is seen (initializers, Constant nodes, and Shape of a tensor whose shape shape
-    inference fixes), with ONNX's reference evaluator, and replaces it by an
-    initializer. A PyTorch export without constant folding (needed to keep
-    BatchNormalization nodes) computes slice bounds, pads and reshape targets at run
-    time in int64 (Shape -> Gather -> Mul ...), and routes weights through Identity and
-    Clip bounds through Cast; onnx2tf mis-types such int64 arithmetic ("cannot compute
-    Sub as input #1 was expected to be a int64 tensor but is a int32 tensor"). Conv and
-    BatchNormalization are never folded, so every site stays.
+Run after constant folding (onnx_fold.py), which leaves the shortcut's slice bounds
+and pads constant:
 
   subsample_pad_to_conv: the option-A ResNet shortcut, `F.pad(x[:, :, ::s, ::s], (0, 0,
     0, 0, lo, hi))` (Slice nodes on H/W, then a zero Pad on the channels), becomes
@@ -19,99 +10,20 @@ Two passes, each returning a new model (the input is not modified):
     [N, 16, 16, 16]) in NCHW order and pads its last axis (W) instead of the channels:
     the model converted without an error and was wrong. A 1x1 convolution has one
     unambiguous layout.
+
+  input_affine_to_depthwise: a per-channel normalization at the model's input,
+    `(x / 255 - mean) / std`, becomes one 1x1 depthwise convolution, so that the int8
+    model rounds the normalized image once instead of three times (see there).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-_NEVER_FOLD = {"Conv", "BatchNormalization", "ConvTranspose", "RandomNormal",
-               "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
-               "Dropout"}
+from forge_tflm.converter.onnx_fold import (copy_model, drop_unused_initializers,
+                                            node_attr, static_shapes)
 
-
-def _copy(model):
-  import onnx
-
-  m = onnx.ModelProto()
-  m.CopyFrom(model)
-  return m
-
-
-def _static_shapes(model) -> dict[str, tuple[int, ...]]:
-  import onnx
-
-  try:
-    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
-  except Exception:  # Shape inference is an aid here; without it nothing is folded by shape.
-    inferred = model
-  shapes = {}
-  for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + \
-      list(inferred.graph.output):
-    t = vi.type.tensor_type
-    if not t.HasField("shape"):
-      continue
-    dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
-    if all(d is not None and d > 0 for d in dims):
-      shapes[vi.name] = tuple(int(d) for d in dims)
-  return shapes
-
-
-def node_attr(node, name, default=None):
-  """The value of attribute `name` of an ONNX node, or `default`."""
-  from onnx import helper
-
-  for a in node.attribute:
-    if a.name == name:
-      return helper.get_attribute_value(a)
-  return default
-
-
-def fold_constants(model):
-  """See the module docstring. Returns (new model, number of nodes folded)."""
-  from onnx import numpy_helper
-  from onnx.reference import ReferenceEvaluator
-
-  m = _copy(model)
-  consts = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
-  shapes = _static_shapes(m)
-  graph_outputs = {o.name for o in m.graph.output}
-  keep, new_inits, folded = [], [], 0
-  for node in m.graph.node:
-    values = None
-    if node.op_type == "Constant":
-      values = ReferenceEvaluator(node).run(None, {})
-    elif node.op_type == "Shape" and node.input[0] in shapes:
-      shape = np.array(shapes[node.input[0]], np.int64)
-      start, end = node_attr(node, "start", 0), node_attr(node, "end", None)
-      values = [shape[start:end]]
-    elif node.op_type not in _NEVER_FOLD and node.domain in ("", "ai.onnx") and \
-        all(i == "" or i in consts for i in node.input) and \
-        not any(o in graph_outputs for o in node.output):
-      try:
-        values = ReferenceEvaluator(node).run(
-            None, {i: consts[i] for i in node.input if i})
-      except Exception:  # An op the reference evaluator lacks: leave it to onnx2tf.
-        values = None
-    if values is None or any(o in graph_outputs for o in node.output):
-      keep.append(node)
-      continue
-    for name, value in zip(node.output, values):
-      consts[name] = np.asarray(value)
-      new_inits.append(numpy_helper.from_array(np.asarray(value), name))
-    folded += 1
-  del m.graph.node[:]
-  m.graph.node.extend(keep)
-  m.graph.initializer.extend(new_inits)
-  _drop_unused_initializers(m)
-  return m, folded
-
-
-def _drop_unused_initializers(m) -> None:
-  used = {i for n in m.graph.node for i in n.input} | {o.name for o in m.graph.output}
-  kept = [i for i in m.graph.initializer if i.name in used]
-  del m.graph.initializer[:]
-  m.graph.initializer.extend(kept)
+__all__ = ["input_affine_to_depthwise", "node_attr", "subsample_pad_to_conv"]
 
 
 def _slice_spec(node, consts, shape) -> dict[int, int] | None:
@@ -139,9 +51,9 @@ def subsample_pad_to_conv(model):
   """See the module docstring. Returns (new model, number of shortcuts rewritten)."""
   from onnx import helper, numpy_helper
 
-  m = _copy(model)
+  m = copy_model(model)
   consts = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
-  shapes = _static_shapes(m)
+  shapes = static_shapes(m)
   producer = {o: n for n in m.graph.node for o in n.output}
   consumers: dict[str, list] = {}
   for n in m.graph.node:
@@ -200,5 +112,104 @@ def subsample_pad_to_conv(model):
   del m.graph.node[:]
   m.graph.node.extend(nodes)
   m.graph.initializer.extend(inits)
-  _drop_unused_initializers(m)
+  drop_unused_initializers(m)
   return m, rewritten
+
+
+def _per_channel(value, channels: int) -> np.ndarray | None:
+  """A float constant that broadcasts per channel over NCHW (scalar, [C, 1, 1],
+  [1, C, 1, 1]) as a [C] vector, else None."""
+  v = np.asarray(value)
+  if v.dtype.kind != "f":
+    return None
+  if v.size == 1:
+    return np.full(channels, float(v.reshape(-1)[0]))
+  shape = (1,) * (4 - v.ndim) + v.shape if v.ndim <= 4 else ()
+  if shape != (1, channels, 1, 1):
+    return None
+  return v.astype(np.float64).reshape(channels)
+
+
+def _affine_step(node, x: str, consts, channels: int):
+  """(a, b) with node(x) = a * x + b per channel, for Mul/Div/Add/Sub by a constant;
+  else None."""
+  if node.op_type not in ("Mul", "Div", "Add", "Sub") or len(node.input) != 2 or \
+      list(node.input).count(x) != 1:
+    return None
+  x_first = node.input[0] == x
+  other = node.input[1 if x_first else 0]
+  c = _per_channel(consts[other], channels) if other in consts else None
+  if c is None:
+    return None
+  one, zero = np.ones(channels), np.zeros(channels)
+  if node.op_type == "Mul":
+    return c, zero
+  if node.op_type == "Add":
+    return one, c
+  if node.op_type == "Sub":
+    return (one, -c) if x_first else (-one, c)
+  return (1.0 / c, zero) if x_first and np.all(c != 0) else None
+
+
+def _leading_affine(m, consts, channels: int):
+  """The chain of per-channel affine nodes that starts at the image input, each
+  intermediate read once, and its composition (a, b); ([], None, None) if none."""
+  consumers: dict[str, list] = {}
+  for n in m.graph.node:
+    for i in n.input:
+      consumers.setdefault(i, []).append(n)
+  outputs = {o.name for o in m.graph.output}
+  x, chain = _image_input(m), []
+  a, b = np.ones(channels), np.zeros(channels)
+  while x not in outputs and len(consumers.get(x, [])) == 1:
+    node = consumers[x][0]
+    step = _affine_step(node, x, consts, channels)
+    if step is None:
+      break
+    a, b = step[0] * a, step[0] * b + step[1]
+    chain.append(node)
+    x = node.output[0]
+  return chain, a, b
+
+
+def _image_input(m) -> str:
+  inits = {i.name for i in m.graph.initializer}
+  return next(i.name for i in m.graph.input if i.name not in inits)
+
+
+def input_affine_to_depthwise(model):
+  """A leading per-channel affine normalization, `(x / 255 - mean) / std` inside the
+  model, becomes one 1x1 depthwise convolution (weight a[c], bias b[c]). As TFLite
+  int8 ops the chain is MUL, SUB, MUL: each requantizes (an extra rounding), and each
+  constant vector is quantized per tensor, so mean and 1/std are off by up to half a
+  step per channel, a systematic shift of the first conv's input. A depthwise conv
+  quantizes its weights per channel (each a[c] exactly) and its bias in int32, so the
+  normalized image is rounded once, as with the normalization outside the model.
+  A single op with a scalar constant is left alone (it already rounds once, exactly).
+  Returns (new model, number of nodes replaced)."""
+  from onnx import helper, numpy_helper
+
+  m = copy_model(model)
+  shape = static_shapes(m).get(_image_input(m)) if m.graph.input else None
+  if shape is None or len(shape) != 4:
+    return m, 0
+  consts = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+  chain, a, b = _leading_affine(m, consts, shape[1])
+  if not chain or (len(chain) == 1 and np.ptp(a) == 0 and np.ptp(b) == 0):
+    return m, 0
+  if any(n.op_type == "BatchNormalization" and n.input[0] == chain[-1].output[0]
+         for n in m.graph.node):
+    return m, 0  # A new Conv before a BN would make the input BN a FORGE site.
+  name = f"{chain[-1].name or chain[-1].output[0]}/input_affine"
+  m.graph.initializer.extend([
+      numpy_helper.from_array(a.astype(np.float32).reshape(-1, 1, 1, 1), f"{name}_w"),
+      numpy_helper.from_array(b.astype(np.float32), f"{name}_b")])
+  conv = helper.make_node("Conv", [_image_input(m), f"{name}_w", f"{name}_b"],
+                          [chain[-1].output[0]], name=f"{name}_as_depthwise",
+                          kernel_shape=[1, 1], group=shape[1])
+  dropped = {id(n) for n in chain}
+  nodes = [conv] + [n for n in m.graph.node if id(n) not in dropped]
+  del m.graph.node[:]
+  m.graph.node.extend(nodes)
+  drop_unused_initializers(m)
+  return m, len(chain)

@@ -142,6 +142,9 @@ def _parity(ctx: _Context) -> None:
 
 def _match(ctx: _Context) -> None:
   ctx.op_index = match.match_sites(ctx.model_t, ctx.sites)
+  # The manifest lists sites in operator order; TFLite may order a shortcut's conv
+  # before the block's body, unlike the source graph.
+  ctx.sites = sorted(ctx.sites, key=lambda s: ctx.op_index[s.name])
 
 
 def _preact_ranges(ctx: _Context) -> None:

@@ -133,6 +133,8 @@ def _split(line: str) -> tuple[str, list[str]] | None:
 def _fields(kind: str, words: list[str]) -> dict:
   """The record's fields, parsed and checked against SCHEMA[kind] (ValueError naming
   the field otherwise)."""
+  if kind not in _SPECS:
+    return _free_text(words)
   raw = {}
   for w in words:
     k, eq, v = w.partition("=")
@@ -141,8 +143,6 @@ def _fields(kind: str, words: list[str]) -> dict:
     if k in raw:
       raise ValueError(f"field {k!r} appears twice")
     raw[k] = v
-  if kind not in _SPECS:
-    return raw
   unknown = sorted(set(raw) - _KEYS[kind])
   if unknown:
     raise ValueError(f"unknown field {unknown[0][:40]!r}")
@@ -156,6 +156,20 @@ def _fields(kind: str, words: list[str]) -> dict:
       out[name] = parse(raw[name])
     except ValueError as e:
       raise ValueError(f"{name}: {e}") from None
+  return out
+
+
+def _free_text(words: list[str]) -> dict:
+  """An error record's fields: the app's platforms print prose after them (the
+  ESP32-S3's "error what=arena_alloc bytes=N (needs PSRAM: ...)"), which continues the
+  field before it, so that the error is reported as printed, not as malformed."""
+  out, last = {}, None
+  for w in words:
+    k, eq, v = w.partition("=")
+    if eq and k not in out:
+      out[k], last = v, k
+    elif last is not None:
+      out[last] += " " + w
   return out
 
 

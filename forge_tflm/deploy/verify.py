@@ -109,6 +109,9 @@ def _check_same_model(run: AppRun, expected: dict) -> None:
     bad = [m for m in run.malformed if m[1].startswith("forge_app ")]
     if bad:
       raise ValueError(f"line {bad[0][0]}: the 'forge_app' header is malformed ({bad[0][1]})")
+    if run.errors:  # The app failed before its header (a small arena, a bad model).
+      raise ValueError("the app reported an error before it ran any image: " + " ".join(
+          f"{k}={v}" for k, v in run.errors[0].items()))
     raise ValueError("no 'forge_app' line in the log: not output of the FORGE app (or "
                      "the capture started after boot: restart the board while capturing)")
   if run.header["model_bytes"] != expected["model_bytes"] or \

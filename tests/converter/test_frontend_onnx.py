@@ -109,7 +109,25 @@ def test_folded_bn_has_no_sites(tmp_path):
     g.node.extend(keep)
 
   dst = _edit(src, str(tmp_path / "folded.onnx"), drop_bns)
-  with pytest.raises(ConversionError, match="do_constant_folding=False"):
+  with pytest.raises(ConversionError, match="no BatchNormalization nodes.*never had BN, or"
+                     " BN folded.*do_constant_folding=False"):
+    frontend_onnx.find_onnx_sites(onnx.load(dst))
+
+
+def test_bn_not_after_a_conv_is_named_as_such(tmp_path):
+  """Before: "BN was folded into the convs at export" for a model whose BNs never
+  followed a conv (here: every BN reads the model's input)."""
+  src = str(tmp_path / "m.onnx")
+  onnx_models.tiny_onnx_resnet(src)
+
+  def bns_read_the_input(model):
+    for n in model.graph.node:
+      if n.op_type == "BatchNormalization":
+        n.input[0] = model.graph.input[0].name
+
+  dst = _edit(src, str(tmp_path / "input_bn.onnx"), bns_read_the_input)
+  with pytest.raises(ConversionError, match="none of its BatchNormalization nodes follows a"
+                     " Conv"):
     frontend_onnx.find_onnx_sites(onnx.load(dst))
 
 

@@ -1,5 +1,5 @@
-"""converter/onnx_rewrite.py on hand-made graphs: folding keeps every site, the
-shortcut rewrite is exact and only takes the pattern it knows."""
+"""converter/onnx_rewrite.py on hand-made graphs (folded first, as the front end does):
+the shortcut rewrite is exact and only takes the pattern it knows."""
 
 import numpy as np
 import onnx
@@ -7,7 +7,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from forge_tflm.converter import onnx_rewrite
+from forge_tflm.converter import onnx_fold, onnx_rewrite
 
 
 def _model(nodes, inits, out_shape, in_shape=(1, 4, 8, 8)):
@@ -47,28 +47,8 @@ def _shortcut_model(pad_value=0.0, pads=(0, 2, 0, 0, 0, 2, 0, 0)):
   return _model(nodes, inits, (1, c_out, 4 + pads[2] + pads[6], 4 + pads[3] + pads[7]))
 
 
-def test_fold_constants_evaluates_shape_arithmetic_and_keeps_sites():
-  bn_inits = {f"bn_{k}": np.ones(4, np.float32) for k in "sbmv"}
-  nodes = [
-      helper.make_node("Identity", ["w0"], ["w"]),
-      helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[1, 1]),
-      helper.make_node("BatchNormalization", ["c", "bn_s", "bn_b", "bn_m", "bn_v"], ["b"]),
-      helper.make_node("Shape", ["b"], ["sh"]),
-      helper.make_node("Cast", ["sh"], ["shf"], to=TensorProto.FLOAT),
-      helper.make_node("ReduceSum", ["shf"], ["n"], keepdims=0),
-      helper.make_node("Add", ["b", "n"], ["y"]),
-  ]
-  m = _model(nodes, {"w0": np.eye(4, dtype=np.float32).reshape(4, 4, 1, 1), **bn_inits},
-             (1, 4, 8, 8))
-  folded, n = onnx_rewrite.fold_constants(m)
-  assert n == 4  # Identity, Shape, Cast, ReduceSum
-  assert [x.op_type for x in folded.graph.node] == ["Conv", "BatchNormalization", "Add"]
-  x = np.random.default_rng(0).normal(size=(1, 4, 8, 8)).astype(np.float32)
-  np.testing.assert_array_equal(_run(folded, x), _run(m, x))
-
-
 def test_subsample_pad_becomes_an_exact_strided_1x1_conv():
-  m, _ = onnx_rewrite.fold_constants(_shortcut_model())
+  m, _ = onnx_fold.fold_constants(_shortcut_model())
   assert [n.op_type for n in m.graph.node] == ["Slice", "Slice", "Pad", "Relu"]
   rewritten, n = onnx_rewrite.subsample_pad_to_conv(m)
   assert n == 1 and [x.op_type for x in rewritten.graph.node] == ["Conv", "Relu"]
@@ -82,7 +62,57 @@ def test_subsample_pad_becomes_an_exact_strided_1x1_conv():
 def test_other_pads_are_left_alone(kind):
   src = (_shortcut_model(pad_value=1.0) if kind == "nonzero_value"
          else _shortcut_model(pads=(0, 2, 1, 0, 0, 2, 1, 0)))
-  m, _ = onnx_rewrite.fold_constants(src)
+  m, _ = onnx_fold.fold_constants(src)
   rewritten, n = onnx_rewrite.subsample_pad_to_conv(m)
   assert n == 0 and [x.op_type for x in rewritten.graph.node] == ["Slice", "Slice", "Pad",
                                                                    "Relu"]
+
+
+_MEAN = np.array([0.49, 0.48, 0.45], np.float32).reshape(1, 3, 1, 1)
+_STD = np.array([0.25, 0.24, 0.26], np.float32).reshape(1, 3, 1, 1)
+
+
+def _normalized_conv(norm: str):
+  """(x / 255 - mean) / std (or a variant) in the model, then Conv -> BN."""
+  rng = np.random.default_rng(2)
+  inits = {"k255": np.array(255.0, np.float32), "mean": _MEAN, "std": _STD,
+           "full": rng.uniform(0.5, 1.5, (1, 3, 8, 8)).astype(np.float32),
+           "w": rng.normal(size=(4, 3, 3, 3)).astype(np.float32),
+           **{f"bn_{k}": np.ones(4, np.float32) for k in "sbmv"}}
+  chain = {
+      "mean_std": [("Div", "k255"), ("Sub", "mean"), ("Div", "std")],
+      "scalar_only": [("Div", "k255")],
+      "not_per_channel": [("Div", "k255"), ("Mul", "full")],
+  }[norm]
+  nodes, x = [], "x"
+  for i, (op, const) in enumerate(chain):
+    nodes.append(helper.make_node(op, [x, const], [f"n{i}"]))
+    x = f"n{i}"
+  nodes += [helper.make_node("Conv", [x, "w"], ["c"], kernel_shape=[3, 3], pads=[1] * 4),
+            helper.make_node("BatchNormalization", ["c", "bn_s", "bn_b", "bn_m", "bn_v"],
+                             ["y"])]
+  return _model(nodes, inits, (1, 4, 8, 8), in_shape=(1, 3, 8, 8))
+
+
+def test_input_normalization_becomes_one_depthwise_conv():
+  m = _normalized_conv("mean_std")
+  rewritten, n = onnx_rewrite.input_affine_to_depthwise(m)
+  assert n == 3
+  assert [x.op_type for x in rewritten.graph.node] == ["Conv", "Conv",
+                                                       "BatchNormalization"]
+  dw = rewritten.graph.node[0]
+  assert onnx_rewrite.node_attr(dw, "group") == 3 and dw.input[0] == "x"
+  inits = {i.name: numpy_helper.to_array(i) for i in rewritten.graph.initializer}
+  np.testing.assert_allclose(inits[dw.input[1]].reshape(3), 1 / (255 * _STD.reshape(3)),
+                             rtol=1e-6)
+  np.testing.assert_allclose(inits[dw.input[2]], -(_MEAN / _STD).reshape(3), rtol=1e-6)
+  x = np.random.default_rng(3).uniform(0, 255, (1, 3, 8, 8)).astype(np.float32)
+  np.testing.assert_allclose(_run(rewritten, x), _run(m, x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("norm", ["scalar_only", "not_per_channel"])
+def test_other_input_arithmetic_is_left_alone(norm):
+  m = _normalized_conv(norm)
+  rewritten, n = onnx_rewrite.input_affine_to_depthwise(m)
+  assert n == 0 and [x.op_type for x in rewritten.graph.node] == \
+      [x.op_type for x in m.graph.node]

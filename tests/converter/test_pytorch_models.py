@@ -14,6 +14,14 @@ to onnxruntime's and the int8 model agreeing with it. The rows of issue 21's tab
     -> converts exactly (the shortcut becomes a 1x1 conv), and without that rewrite the
     gate refuses it, naming the first site that diverges;
   torchvision-style MobileNetV2 (ReLU6, depthwise, inverted residuals) -> converts.
+
+Issue 35, the idioms of public models: the akamaster ResNet as published
+(`out.view(out.size(0), -1)`, `F.avg_pool2d(out, out.size()[3])`, LambdaLayer option-A
+shortcuts, nn.Sequential stages), also exported with a dynamic batch: onnx2tf failed
+("'ConcatV2' Op have types [int32, int64]") -> converts; option-B shortcuts with
+`F.adaptive_avg_pool2d` and `reshape(x.shape[0], -1)`, `reshape(-1, n)`,
+`torch.flatten` heads -> convert; the normalization inside the model became int8
+MUL, SUB, MUL -> one depthwise conv.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="needs torch (requirements.txt)")
 
-from forge_tflm.converter import onnx_rewrite  # noqa: E402
+from forge_tflm.converter import onnx_fold, onnx_rewrite  # noqa: E402
 from forge_tflm.converter.options import ConvertOptions  # noqa: E402
 from forge_tflm.converter.pipeline import convert  # noqa: E402
 from forge_tflm.converter.sites import ConversionError  # noqa: E402
@@ -78,6 +86,14 @@ def test_resnet20_option_a_with_normalization_inside(tmp_path, images, constant_
   result = _convert(path, tmp_path / "r20a.tflite", images,
                     input_contract=InputContract(kind="range", low=0.0, high=255.0))
   _assert_exact(result, 19)
+  # The normalization is one depthwise conv (one rounding), not MUL, SUB, MUL.
+  assert _ops(result.plain_tflite)[:2] == ["DEPTHWISE_CONV_2D", "CONV_2D"]
+
+
+def _ops(tflite: bytes) -> list[str]:
+  from forge_tflm import tflite_graph as tg
+  m = tg.load_model(tflite)
+  return [tg.op_name(m, op) for op in m.subgraphs[0].operators]
 
 
 def _simplified_like_onnxsim(src: str, dst: str) -> str:
@@ -87,7 +103,7 @@ def _simplified_like_onnxsim(src: str, dst: str) -> str:
   import onnx
   from onnx import helper, numpy_helper
 
-  m, _ = onnx_rewrite.fold_constants(onnx.load(src))
+  m, _ = onnx_fold.fold_constants(onnx.load(src))
   consts = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
   producer = {o: n for n in m.graph.node for o in n.output}
   drop, merged = set(), 0
@@ -161,3 +177,28 @@ def test_torchvision_style_mobilenet_v2(tmp_path, images):
   assert kinds.count("depthwise") == 7 and len(kinds) == 22  # stem, 2 + 6*3 in blocks, last
   assert {s.options.activation for s in result.manifest.sites} == {"relu6", "none"}
   _assert_exact(result, 22)
+
+
+# PyTorch idioms as public models write them. Each converts end to end and passes the
+# parity gate; one conversion covers several idioms where one model holds them.
+
+@pytest.mark.parametrize("dynamic_batch", [False, True])
+def test_akamaster_resnet_as_published(tmp_path, images, dynamic_batch):
+  """`out.view(out.size(0), -1)`, `F.avg_pool2d(out, out.size()[3])`, the LambdaLayer
+  option-A shortcut and nn.Sequential stages. Before the front end folded to a fixed
+  point, onnx2tf failed with "'ConcatV2' Op have types [int32, int64]" at /Concat: the
+  shortcut's run-time pads left the batch dimension unknown to shape inference, so the
+  flatten's Shape -> Gather -> Unsqueeze -> Concat stayed in the graph."""
+  torch.manual_seed(3)
+  net = torch_models.calibrate_bn(torch_models.AkamasterResNet(), _nchw(images))
+  path = torch_models.export(net, str(tmp_path / "aka.onnx"), dynamic_batch=dynamic_batch)
+  _assert_exact(_convert(path, tmp_path / "aka.tflite", images), 7)
+
+
+def test_option_b_resnet_and_flatten_idioms(tmp_path, images):
+  """1x1 conv + BN shortcuts in nn.Sequential containers, `F.adaptive_avg_pool2d`, and
+  heads flattened with `reshape(x.shape[0], -1)`, `reshape(-1, n)` and `torch.flatten`."""
+  torch.manual_seed(4)
+  net = torch_models.calibrate_bn(torch_models.ResNetB(), _nchw(images))
+  path = torch_models.export(net, str(tmp_path / "resb.onnx"))
+  _assert_exact(_convert(path, tmp_path / "resb.tflite", images), 7)

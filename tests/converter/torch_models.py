@@ -6,6 +6,13 @@
   MobileNetV2: torchvision's structure (inverted residuals: 1x1 expand + BN + ReLU6,
     3x3 depthwise + BN + ReLU6, 1x1 project + BN, residual when shapes allow; last
     1x1 conv + BN + ReLU6, average pool, dropout, linear) at a small width.
+  AkamasterResNet: the public akamaster CIFAR ResNet written as it is (a LambdaLayer
+    option-A shortcut, `_make_layer` returning nn.Sequential, `F.avg_pool2d(out,
+    out.size()[3])`, `out.view(out.size(0), -1)`), one block per stage.
+  ResNetB: option-B shortcuts (1x1 conv + BN in an nn.Sequential),
+    `F.adaptive_avg_pool2d` and a head
+    flattened by `head` ("reshape_shape0": `x.reshape(x.shape[0], -1)`,
+    "reshape_minus1": `x.reshape(-1, n)`, "flatten": `torch.flatten(x, 1)`).
 
 `calibrate_bn` gives every BN the statistics of real inputs (then random gamma/beta),
 so activations are as well scaled as in a trained model and int8 agreement means
@@ -71,6 +78,91 @@ class ResNet20A(nn.Module):
     return self.linear(F.adaptive_avg_pool2d(out, 1).flatten(1))
 
 
+class LambdaLayer(nn.Module):
+  """akamaster's: the option-A shortcut is a lambda in the model."""
+
+  def __init__(self, fn):
+    super().__init__()
+    self.fn = fn
+
+  def forward(self, x):
+    return self.fn(x)
+
+
+class _AkamasterBlock(nn.Module):
+  def __init__(self, in_planes, planes, stride=1):
+    super().__init__()
+    self.conv1 = nn.Conv2d(in_planes, planes, 3, stride, 1, bias=False)
+    self.bn1 = nn.BatchNorm2d(planes)
+    self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+    self.bn2 = nn.BatchNorm2d(planes)
+    self.shortcut = nn.Sequential()
+    if stride != 1 or in_planes != planes:
+      pad = (planes - in_planes) // 2
+      self.shortcut = LambdaLayer(lambda x: F.pad(x[:, :, ::2, ::2],
+                                                  (0, 0, 0, 0, pad, pad), "constant", 0))
+
+  def forward(self, x):
+    out = F.relu(self.bn1(self.conv1(x)))
+    out = self.bn2(self.conv2(out))
+    out += self.shortcut(x)
+    return F.relu(out)
+
+
+class AkamasterResNet(nn.Module):
+  def __init__(self, num_blocks=(1, 1, 1), widths=(8, 16, 32), classes: int = 10):
+    super().__init__()
+    self.in_planes = widths[0]
+    self.conv1 = nn.Conv2d(3, widths[0], 3, 1, 1, bias=False)
+    self.bn1 = nn.BatchNorm2d(widths[0])
+    self.layer1 = self._make_layer(widths[0], num_blocks[0], 1)
+    self.layer2 = self._make_layer(widths[1], num_blocks[1], 2)
+    self.layer3 = self._make_layer(widths[2], num_blocks[2], 2)
+    self.linear = nn.Linear(widths[2], classes)
+
+  def _make_layer(self, planes, num_blocks, stride):
+    layers = []
+    for s in [stride] + [1] * (num_blocks - 1):
+      layers.append(_AkamasterBlock(self.in_planes, planes, s))
+      self.in_planes = planes
+    return nn.Sequential(*layers)
+
+  def forward(self, x):
+    out = F.relu(self.bn1(self.conv1(x)))
+    out = self.layer3(self.layer2(self.layer1(out)))
+    out = F.avg_pool2d(out, out.size()[3])
+    out = out.view(out.size(0), -1)
+    return self.linear(out)
+
+
+class _BlockB(nn.Module):
+  def __init__(self, inp, planes, stride):
+    super().__init__()
+    self.body = nn.Sequential(
+        nn.Conv2d(inp, planes, 3, stride, 1, bias=False), nn.BatchNorm2d(planes),
+        nn.ReLU(inplace=True), nn.Conv2d(planes, planes, 3, 1, 1, bias=False),
+        nn.BatchNorm2d(planes))
+    self.shortcut = nn.Sequential(nn.Conv2d(inp, planes, 1, stride, bias=False),
+                                  nn.BatchNorm2d(planes))
+
+  def forward(self, x):
+    return F.relu(self.body(x) + self.shortcut(x))
+
+
+class ResNetB(nn.Module):
+  def __init__(self, classes: int = 10):
+    super().__init__()
+    self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8),
+                              nn.ReLU(inplace=True))
+    self.blocks = nn.Sequential(_BlockB(8, 16, 2), _BlockB(16, 24, 2))
+    self.heads = nn.ModuleList(nn.Linear(24, classes) for _ in range(3))
+
+  def forward(self, x):
+    x = F.adaptive_avg_pool2d(self.blocks(self.stem(x)), (1, 1))
+    a, b, c = x.reshape(x.shape[0], -1), x.reshape(-1, 24), torch.flatten(x, 1)
+    return self.heads[0](a) + self.heads[1](b) + self.heads[2](c)
+
+
 def _conv_bn(inp, out, k, stride, groups=1, act=True):
   layers = [nn.Conv2d(inp, out, k, stride, k // 2, groups=groups, bias=False),
             nn.BatchNorm2d(out)]
@@ -134,10 +226,12 @@ def calibrate_bn(model: nn.Module, nchw: np.ndarray, seed: int = 0) -> nn.Module
 
 
 def export(model: nn.Module, path: str, *, constant_folding: bool = False,
-           size: int = 32) -> str:
-  """The README's export: eval mode, BN kept (TrainingMode.PRESERVE)."""
+           size: int = 32, dynamic_batch: bool = False) -> str:
+  """The README's export: eval mode, BN kept (TrainingMode.PRESERVE); `dynamic_batch`
+  adds what many scripts do, a symbolic batch dimension."""
+  axes = {"input": {0: "batch"}, "logits": {0: "batch"}} if dynamic_batch else None
   torch.onnx.export(model.eval(), torch.zeros(1, 3, size, size), path, dynamo=False,
                     do_constant_folding=constant_folding,
                     training=torch.onnx.TrainingMode.PRESERVE,
-                    input_names=["input"], output_names=["logits"])
+                    input_names=["input"], output_names=["logits"], dynamic_axes=axes)
   return path

@@ -18,7 +18,6 @@ output and float32 state.
   host, TFLM reference kernels  N_IMAGES (200) images, `make embedded`
   host, ESP-NN's _ansi kernels  the same images and expected.json
   Cortex-M4F (qemu mps2-an386)  BOARD_IMAGES["an386"] (200), CMSIS-NN DSP path
-  Cortex-M55 (qemu mps3-an547)  BOARD_IMAGES["an547"] (50), CMSIS-NN Helium path
 
 Skips (with the reason) without the shared model, CIFAR-10, gcc, or the Arm tools.
 """
@@ -41,6 +40,9 @@ from tests.deploy.test_host_parity import (DATA_DIR, N_IMAGES, TARGETS, _convert
 
 MODEL = os.path.join(SHARED_MLPERF_IC, "pretrainedResnet_quant.tflite")
 N_SITES = 9  # every CONV_2D of ResNet-8
+# The Cortex-M4F (issue 35's target). The M55 (cm.BOARDS' an547) would add a cold
+# build of its own op set (~5 min on 2 shared cores) for the same kernels' MVE paths.
+BOARDS = ("an386",)
 TIMINGS: dict[str, float] = {}
 
 
@@ -146,7 +148,7 @@ def test_mlperf_resnet8_host_bit_exact(artifact, ops, export, target, tmp_path):
   _verify(r.stdout, gen, tmp_path, f"host {target}/mlperf_r8")
 
 
-@pytest.mark.parametrize("board", sorted(cm.BOARDS))
+@pytest.mark.parametrize("board", BOARDS)
 def test_mlperf_resnet8_cortexm_bit_exact(artifact, ops, export, board, tmp_path):
   from forge_tflm import deploy
 

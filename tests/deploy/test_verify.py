@@ -15,8 +15,8 @@ from forge_tflm.deploy import ppk2
 from forge_tflm.deploy.export import load_expected
 from forge_tflm.deploy.verify import verify
 
-from tests.deploy.device_logs import (N, app_log as _log, expected_doc as _expected, line_of,
-                                      set_field)
+from tests.deploy.device_logs import (BOOT, N, app_log as _log, expected_doc as _expected,
+                                      line_of, set_field)
 
 
 def test_bit_exact_log_verifies_and_reports_accuracy_and_time():
@@ -78,6 +78,26 @@ def test_error_line_from_the_app_is_reported():
   text = _log(exp, images=0) + "error what=allocate_tensors\ndone images=0 status=error ticks=0\n"
   v = verify(text, exp)
   assert not v.ok and any("allocate_tensors" in p for p in v.problems)
+
+
+def test_error_with_prose_is_reported_as_printed_not_as_malformed():
+  """esp32s3_platform.cc prints prose after its fields ("(needs PSRAM: ...)")."""
+  exp = _expected()
+  text = _log(exp, images=2) + ("error what=arena_alloc bytes=600000 (needs PSRAM: enable "
+                                "CONFIG_SPIRAM on a board that has it)\n")
+  v = verify(text, exp)
+  assert not v.ok and not any("malformed" in p for p in v.problems), v.problems
+  assert any("what=arena_alloc bytes=600000 (needs PSRAM: enable CONFIG_SPIRAM" in p
+             for p in v.problems), v.problems
+
+
+def test_error_before_the_header_is_named_not_called_another_capture():
+  """ForgeAppRun's Fail() before the header (an arena too small for the model: the
+  real host app's output with --arena=4096) says what failed."""
+  exp = _expected()
+  text = (f"{BOOT}\nerror what=allocate_tensors\ndone images=0 status=error ticks=0\n")
+  with pytest.raises(ValueError, match="error before it ran any image: what=allocate_tensors"):
+    verify(text, exp)
 
 
 # -------------------------------------------- every printed field is compared
