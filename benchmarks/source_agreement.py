@@ -1,10 +1,11 @@
 """Does a FORGE artifact in source mode still predict what the int8 model it came from does?
 
-For each PLAIN=ARTIFACT pair: both run over the clean test split with the device's
-integer kernels (LiteRT reference kernels + the C core, as `forge_tflm eval`), the
+For each PLAIN=ARTIFACT pair: both run over the clean test split in the evaluator's runtime (LiteRT + the C
+core), the
 artifact in source mode (FORGE frozen at its clean targets); prints the top-1 agreement,
 the largest output difference and both accuracies. The only change source mode makes
 is each site's widened pre-activation grid (the fused activation moved into FORGE).
+Both models run with the same --kernels.
 
     python benchmarks/source_agreement.py --data_dir=../shared/datasets/cifar10 \\
         --pairs=runs/r20_plain.tflite=runs/r20_measured.tflite \\
@@ -36,14 +37,14 @@ def _outputs(model, x_int8: np.ndarray, batch: int) -> np.ndarray:
                          for i in range(0, len(x_int8), batch)])
 
 
-def _row(plain_path: str, artifact_path: str, ds, batch: int) -> str:
+def _row(plain_path: str, artifact_path: str, ds, batch: int, kernels: str) -> str:
   from forge_tflm.artifact import Artifact
   from forge_tflm.runtime.segmented import SegmentedModel
 
   artifact = Artifact.load(artifact_path, require_manifest=True)
   x = artifact.input_contract.to_float(ds.images)
-  plain = SegmentedModel(open(plain_path, "rb").read())
-  forge = SegmentedModel.from_artifact(artifact)
+  plain = SegmentedModel(open(plain_path, "rb").read(), kernels)
+  forge = SegmentedModel.from_artifact(artifact, kernels)
   want = _outputs(plain, plain.quantize_input(x), batch)
   got = _outputs(forge, forge.quantize_input(x), batch)
   agree = np.mean(want.argmax(1) == got.argmax(1))
@@ -60,6 +61,9 @@ def main(argv=None) -> int:
   ap.add_argument("--pairs", required=True, help="comma-separated PLAIN=ARTIFACT")
   ap.add_argument("--data_dir", required=True)
   ap.add_argument("--batch_size", type=int, default=64)
+  ap.add_argument("--kernels", default="optimized", choices=("reference", "optimized"),
+                  help="the evaluator's: optimized is its default, reference the device's"
+                  " integer arithmetic (about 25x slower)")
   ap.add_argument("--output", default=None)
   args = ap.parse_args(argv)
 
@@ -67,7 +71,8 @@ def main(argv=None) -> int:
 
   ds = load_dataset("cifar10", "test", args.data_dir)
   t0 = time.time()
-  rows = [_row(*pair.split("="), ds, args.batch_size) for pair in args.pairs.split(",")]
+  rows = [_row(*pair.split("="), ds, args.batch_size, args.kernels)
+          for pair in args.pairs.split(",")]
   commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT,
                           capture_output=True, text=True).stdout.strip()
   lines = [f"# Source mode vs the int8 model it came from: CIFAR-10 test split ({len(ds)}"
