@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import signal
 import tempfile
 import threading
@@ -309,6 +310,22 @@ def _depth(value) -> int:
   return deepest
 
 
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_JSON_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def _text_depth(text: str) -> int:
+  """The deepest bracket nesting of JSON text, strings skipped: checked before the
+  parser runs, because json's C scanner recurses on the C stack and only stops at the
+  interpreter's recursion limit, which libraries raise (a deep file then overflows the
+  stack: a segfault, not a RecursionError)."""
+  depth = peak = 0
+  for b in _JSON_BRACKET.findall(_JSON_STRING.sub('""', text)):
+    depth += 1 if b in "[{" else -1
+    peak = max(peak, depth)
+  return peak
+
+
 def load_json(path: str, nan: bool = False):
   """The parsed JSON of file `path`; JSONFileError (one line, naming `path`) when it
   is not strict JSON within the limits above (`nan`: NaN is read, for files whose
@@ -317,6 +334,8 @@ def load_json(path: str, nan: bool = False):
     raw = f.read()
   try:
     text = raw.decode("utf-8")
+    if _text_depth(text) > MAX_JSON_DEPTH:
+      raise RecursionError
     data = json.loads(text, object_pairs_hook=_unique_keys, parse_int=_parse_int,
                       parse_float=_parse_float,
                       parse_constant=_parse_nan if nan else _parse_constant)

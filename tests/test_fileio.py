@@ -163,3 +163,35 @@ def test_a_write_killed_midway_leaves_no_temporary(tmp_path, sig):
   proc.wait(timeout=60)
   assert proc.returncode != 0
   assert os.listdir(tmp_path) == [], proc.stderr.read()
+
+
+_DEEP_JSON_CHILD = """
+import sys
+sys.setrecursionlimit(1_000_000)  # As some libraries do (seen: a pytest run after torch).
+from forge_tflm import fileio
+try:
+  fileio.load_json(sys.argv[1])
+except fileio.JSONFileError as e:
+  print(e)
+"""
+
+
+@pytest.mark.parametrize("text", ["[" * 200_000 + "]" * 200_000,
+                                  '{"a": ' * 200_000 + "1" + "}" * 200_000],
+                         ids=["lists", "objects"])
+def test_deep_json_is_refused_whatever_the_recursion_limit(tmp_path, text):
+  """CI crashed (segfault) in the deep-nesting sites-file test once an earlier test had
+  raised the recursion limit: json's C scanner then recursed 100,000 levels on the C
+  stack. The depth is now checked before parsing."""
+  path = tmp_path / "deep.json"
+  path.write_text(text)
+  r = subprocess.run([sys.executable, "-c", _DEEP_JSON_CHILD, str(path)], cwd=REPO_ROOT,
+                     capture_output=True, text=True, timeout=120)
+  assert r.returncode == 0, r.stderr[-500:]
+  assert "nested more than 64 levels" in r.stdout
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting(tmp_path):
+  path = tmp_path / "s.json"
+  path.write_text('{"a": "' + "[" * 500 + '\\"{", "b": [[1]]}')
+  assert fileio.load_json(str(path)) == {"a": "[" * 500 + '"{', "b": [[1]]}

@@ -39,7 +39,7 @@ from forge_tflm.deploy.expected import expected_gated, expected_outputs, model_o
 from forge_tflm.evaluation.gate import device_defines, for_model
 from forge_tflm.deploy.streams import (corrupted_stream, model_input, write_c_arrays,
                                        write_image_stream)
-from forge_tflm.fileio import check_output_dir, current_umask
+from forge_tflm.fileio import check_output_dir, current_umask, load_json
 
 EXPECTED_FILE = "expected.json"
 # What an export writes, and what earlier versions' interrupted exports left in it.
@@ -224,12 +224,9 @@ def load_expected(path: str) -> dict:
   if os.path.isdir(path):
     path = os.path.join(path, EXPECTED_FILE)
   try:
-    with open(path) as f:
-      doc = json.load(f)
+    doc = load_json(path)
   except OSError as e:
     raise ValueError(f"cannot read {path}: {e.strerror}") from e
-  except json.JSONDecodeError as e:
-    raise ValueError(f"{path} is not JSON ({e.msg} at line {e.lineno})") from e
   if not isinstance(doc, dict) or doc.get("version") != EXPECTED_VERSION:
     raise ValueError(f"{path} is not an expected.json of this forge_tflm (version "
                      f"{doc.get('version') if isinstance(doc, dict) else None}); re-run "
