@@ -142,27 +142,26 @@ def _layouts_model():
   return tiny_models.randomize_bn(keras.Model(x_in, out))
 
 
+def _layouts_frontend(tmp_path, images: int):
+  """The layouts model as full int8, calibrated on `images` images, and those images."""
+  x = tiny_models.random_images(images, size=15).astype(np.float32) / 255
+  path = str(tmp_path / "layouts.tflite")
+  with open(path, "wb") as f:
+    f.write(convert_keras(_layouts_model(), x))
+  return TfliteFrontend(path), x
+
+
 def test_accumulators_reproduce_every_layout(tmp_path):
   """VALID and SAME padding, strides, a depthwise multiplier, a non-square kernel: the
   reconstructed pre-activation requantizes to the model's own outputs within a step."""
-  model = _layouts_model()
-  x = tiny_models.random_images(24, size=15).astype(np.float32) / 255
-  path = str(tmp_path / "layouts.tflite")
-  with open(path, "wb") as f:
-    f.write(convert_keras(model, x))
-  frontend = TfliteFrontend(path)
+  frontend, x = _layouts_frontend(tmp_path, 24)
   assert [c.kind for c in frontend.convs] == ["conv", "depthwise", "conv"]
   moments = preact.measure(frontend.data, frontend.convs, frontend.quantize_input(x), 1000)
   assert all(m.worst_steps <= 1 for m in moments)
 
 
 def test_a_misread_layout_is_refused(tmp_path):
-  model = _layouts_model()
-  x = tiny_models.random_images(8, size=15).astype(np.float32) / 255
-  path = str(tmp_path / "layouts.tflite")
-  with open(path, "wb") as f:
-    f.write(convert_keras(model, x))
-  frontend = TfliteFrontend(path)
+  frontend, x = _layouts_frontend(tmp_path, 8)
   c = frontend.convs[0]
   frontend.convs[0] = dataclasses.replace(c, weights=c.weights[:, ::-1].copy())
   with pytest.raises(ConversionError, match="steps off the model's own output"):
