@@ -12,8 +12,6 @@ listed with its mutant (kept under --workdir) and makes the exit status 1.
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import os
 import platform
 import sys
@@ -21,23 +19,15 @@ import sys
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
+from benchmarks.fuzz_report import dated, outcome_table, worker_fuzz_main  # noqa: E402
 from tests.runtime import artifact_fuzz as af  # noqa: E402
-
-
-def _table(title: str, rows: dict) -> list[str]:
-  outcomes = [o for o in af.OUTCOMES]
-  lines = [f"{title:<12}" + "".join(f"{o:>10}" for o in outcomes) + f"{'total':>10}"]
-  for name, counts in sorted(rows.items()):
-    lines.append(f"{name:<12}" + "".join(f"{counts.get(o, 0):>10,}" for o in outcomes)
-                 + f"{sum(counts.values()):>10,}")
-  return lines
 
 
 def report(summary: dict, command: str) -> str:
   counts = summary["counts"]
   n = summary["mutants"]
   lines = [
-      f"# {datetime.date.today().isoformat()}: {command}",
+      dated(command),
       f"# tests/runtime/artifact_fuzz.py, run seed {summary['run_seed']}, mutants"
       f" {summary['start']}-{summary['start'] + n - 1}, {summary['workers']} fork-server"
       f" workers, one forked child per mutant (alarm {af.TIME_LIMIT_S} s, +"
@@ -56,9 +46,9 @@ def report(summary: dict, command: str) -> str:
       f" ms per mutant; slowest mutant {summary['max_mutant_seconds']:.2f} s, mean"
       f" {1000 * summary['mean_mutant_seconds']:.1f} ms (wall, shared host)",
       "",
-      *_table("seed", summary["by_seed"]),
+      *outcome_table("seed", summary["by_seed"], af.OUTCOMES),
       "",
-      *_table("mutator", summary["by_mutator"]),
+      *outcome_table("mutator", summary["by_mutator"], af.OUTCOMES),
   ]
   if summary["findings"]:
     lines += ["", "findings:"] + [
@@ -73,26 +63,7 @@ def report(summary: dict, command: str) -> str:
 
 
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--mutants", type=int, default=100_000)
-  p.add_argument("--workers", type=int, default=2)
-  p.add_argument("--run_seed", type=int, default=0)
-  p.add_argument("--start", type=int, default=0)
-  p.add_argument("--workdir", default=None, help="mutant files and findings")
-  p.add_argument("--output", default=None, help="also write the report here")
-  args = p.parse_args(argv)
-  summary = af.fuzz(args.mutants, args.workers, args.run_seed, args.start, args.workdir,
-                    progress=lambda done, counts: print(
-                        f"{done:,} {dict(counts)}", file=sys.stderr, flush=True))
-  command = "python benchmarks/fuzz_artifacts.py " + " ".join(
-      a for a in (argv if argv is not None else sys.argv[1:]))
-  text = report(summary, command.strip())
-  sys.stdout.write(text)
-  if args.output:
-    with open(args.output, "w") as f:
-      f.write(text)
-  bad = any(counts for o, counts in summary["counts"].items() if o in af.FAILURES)
-  return 1 if bad or any(summary["worker_exit_codes"]) else 0
+  return worker_fuzz_main(af, "fuzz_artifacts.py", report, __doc__, argv)
 
 
 if __name__ == "__main__":

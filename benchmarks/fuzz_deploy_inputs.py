@@ -14,7 +14,6 @@ status 1.
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import platform
 import sys
@@ -22,15 +21,8 @@ import sys
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
+from benchmarks.fuzz_report import command_line, dated, emit, outcome_table  # noqa: E402
 from tests.deploy import deploy_fuzz as df  # noqa: E402
-
-
-def _table(title: str, rows: dict, outcomes) -> list[str]:
-  lines = [f"{title:<12}" + "".join(f"{o:>14}" for o in outcomes) + f"{'total':>10}"]
-  for name, counts in sorted(rows.items()):
-    lines.append(f"{name:<12}" + "".join(f"{counts.get(o, 0):>14,}" for o in outcomes)
-                 + f"{sum(counts.values()):>10,}")
-  return lines
 
 
 def _section(what: str, s: dict, outcomes, n: int) -> list[str]:
@@ -40,8 +32,8 @@ def _section(what: str, s: dict, outcomes, n: int) -> list[str]:
            "outcomes: " + ", ".join(f"{o} {counts.get(o, 0):,}" for o in outcomes),
            f"failures (traceback or unclean message): {counts.get('error', 0)}",
            f"verdicts contradicting their input: {counts.get('contradiction', 0)}", "",
-           *_table("seed", s["by_seed"], outcomes), "",
-           *_table("mutator", s["by_mutator"], outcomes), "",
+           *outcome_table("seed", s["by_seed"], outcomes), "",
+           *outcome_table("mutator", s["by_mutator"], outcomes), "",
            "most frequent reasons (numbers and quoted values left out):"]
   lines += [f"  {v:>7,}  {k}" for k, v in s["reasons"].items()]
   if s["findings"]:
@@ -53,7 +45,7 @@ def _section(what: str, s: dict, outcomes, n: int) -> list[str]:
 
 def report(summary: dict, command: str) -> str:
   n = summary["mutants"]
-  lines = [f"# {datetime.date.today().isoformat()}: {command}",
+  lines = [dated(command),
            f"# tests/deploy/deploy_fuzz.py, run seed {summary['run_seed']}, mutants "
            f"{summary['start']}-{summary['start'] + n - 1} of each kind, in one process; "
            f"{platform.platform()}, Python {platform.python_version()}, "
@@ -74,13 +66,7 @@ def main(argv=None) -> int:
   summary = df.fuzz(args.mutants, args.run_seed, args.start,
                     progress=lambda what, done, counts: print(
                         f"{what} {done:,} {dict(counts)}", file=sys.stderr, flush=True))
-  command = "python benchmarks/fuzz_deploy_inputs.py " + " ".join(
-      argv if argv is not None else sys.argv[1:])
-  text = report(summary, command.strip())
-  sys.stdout.write(text)
-  if args.output:
-    with open(args.output, "w") as f:
-      f.write(text)
+  emit(report(summary, command_line("fuzz_deploy_inputs.py", argv)), args.output)
   return 1 if summary["log"]["findings"] or summary["csv"]["findings"] else 0
 
 

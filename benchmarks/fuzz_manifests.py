@@ -13,8 +13,6 @@ makes the exit status 1.
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import os
 import platform
 import sys
@@ -22,21 +20,14 @@ import sys
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
+from benchmarks.fuzz_report import dated, outcome_table, worker_fuzz_main  # noqa: E402
 from tests.runtime import manifest_fuzz as mf  # noqa: E402
-
-
-def _table(title: str, rows: dict) -> list[str]:
-  lines = [f"{title:<12}" + "".join(f"{o:>14}" for o in mf.OUTCOMES) + f"{'total':>10}"]
-  for name, counts in sorted(rows.items()):
-    lines.append(f"{name:<12}" + "".join(f"{counts.get(o, 0):>14,}" for o in mf.OUTCOMES)
-                 + f"{sum(counts.values()):>10,}")
-  return lines
 
 
 def report(summary: dict, command: str) -> str:
   counts, n = summary["counts"], summary["mutants"]
   lines = [
-      f"# {datetime.date.today().isoformat()}: {command}",
+      dated(command),
       f"# tests/runtime/manifest_fuzz.py, run seed {summary['run_seed']}, mutants"
       f" {summary['start']}-{summary['start'] + n - 1}, {summary['workers']} workers"
       f" (alarm {mf.TIME_LIMIT_S} s per mutant; 1 in {mf.FULL_PATH_EVERY} also through"
@@ -52,9 +43,9 @@ def report(summary: dict, command: str) -> str:
       f" {summary['max_mutant_seconds']:.2f} s, mean"
       f" {1000 * summary['mean_mutant_seconds']:.2f} ms",
       "",
-      *_table("seed", summary["by_seed"]),
+      *outcome_table("seed", summary["by_seed"], mf.OUTCOMES),
       "",
-      *_table("mutator", summary["by_mutator"]),
+      *outcome_table("mutator", summary["by_mutator"], mf.OUTCOMES),
   ]
   if summary["findings"]:
     lines += ["", "findings:"] + [
@@ -64,26 +55,7 @@ def report(summary: dict, command: str) -> str:
 
 
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--mutants", type=int, default=100_000)
-  p.add_argument("--workers", type=int, default=2)
-  p.add_argument("--run_seed", type=int, default=0)
-  p.add_argument("--start", type=int, default=0)
-  p.add_argument("--workdir", default=None, help="mutant files and findings")
-  p.add_argument("--output", default=None, help="also write the report here")
-  args = p.parse_args(argv)
-  summary = mf.fuzz(args.mutants, args.workers, args.run_seed, args.start, args.workdir,
-                    progress=lambda done, counts: print(
-                        f"{done:,} {dict(counts)}", file=sys.stderr, flush=True))
-  command = "python benchmarks/fuzz_manifests.py " + " ".join(
-      argv if argv is not None else sys.argv[1:])
-  text = report(summary, command.strip())
-  sys.stdout.write(text)
-  if args.output:
-    with open(args.output, "w") as f:
-      f.write(text)
-  bad = any(summary["counts"].get(o) for o in mf.FAILURES)
-  return 1 if bad or any(summary["worker_exit_codes"]) else 0
+  return worker_fuzz_main(mf, "fuzz_manifests.py", report, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ writes the counts. Any disagreement is listed and makes the exit status 1.
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import platform
 import subprocess
@@ -24,6 +23,7 @@ import time
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
+from benchmarks.fuzz_report import command_line, dated, emit  # noqa: E402
 from tests.custom_ops import options_crosscheck as oc  # noqa: E402
 
 
@@ -35,7 +35,7 @@ def _commit() -> str:
 
 def report(result: oc.Result, args, command: str, inc: str, wall: float) -> str:
   lines = [
-      f"# {datetime.date.today().isoformat()}: {command} (commit {_commit()})",
+      f"{dated(command)} (commit {_commit()})",
       f"# generator seed {args.seed}; C++ parser with flatbuffers "
       f"{oc.flatbuffers_version(inc)} ({inc}); harness driver build, g++ ASan+UBSan, "
       f"FORGE_RECALIB_X86; {platform.platform()}, Python {platform.python_version()}",
@@ -67,8 +67,7 @@ def main(argv=None) -> int:
   if inc is None or not oc.compilers_available():
     print("needs gcc/g++ and flatbuffers/flexbuffers.h", file=sys.stderr)
     return 2
-  command = "python benchmarks/options_crosscheck.py " + " ".join(
-      argv if argv is not None else sys.argv[1:])
+  command = command_line("options_crosscheck.py", argv)
   with tempfile.TemporaryDirectory() as tmp:
     binary, err = oc.build_driver(inc, tmp)
     if binary is None:
@@ -76,11 +75,8 @@ def main(argv=None) -> int:
       return 2
     t0 = time.time()
     result = oc.crosscheck(binary, args.buffers, args.seed, tmp, args.chunk)
-    text = report(result, args, command.strip(), inc, time.time() - t0)
-  print(text, end="")
-  if args.output:
-    with open(args.output, "w") as f:
-      f.write(text)
+    text = report(result, args, command, inc, time.time() - t0)
+  emit(text, args.output)
   return 1 if result.disagreements else 0
 
 

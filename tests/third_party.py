@@ -96,3 +96,66 @@ def missing_arm_tools() -> str | None:
   if not os.path.isabs(r.stdout.strip()):
     return "needs newlib's librdimon for arm-none-eabi (apt-get install libnewlib-arm-none-eabi)"
   return None
+
+
+# ------------------------------------------------ ESP32-S3 toolchain + emulator
+
+SHARED_TOOLCHAINS = os.path.join(os.path.dirname(REPO_ROOT), "shared", "toolchains")
+# Tarball -> top-level folder inside it (../shared/toolchains/README.md).
+ESP32S3_TOOLS = {"xtensa-esp32s3-elf-gcc12.2.0-toolchain.tar.xz": "xtensa-esp32s3-elf",
+                 "qemu-esp32s3-bundle.tar.xz": "qemu-esp32s3"}
+ESP32S3_APT = {
+    "gcc": "libgmp10 libmpfr6 libmpc3 libisl23 libzstd1",
+    "qemu": "libglib2.0-0 libpixman-1-0 libgnutls30 libgcrypt20 libpng16-16 libfdt1 "
+            "libslirp0 zlib1g libzstd1 libncursesw6 libtinfo6 libbz2-1.0"}
+
+
+def _extract_tool(tarball: str) -> str | None:
+  """Extracts ../shared/toolchains/<tarball> once (checked against SHA256SUMS) into
+  the build cache's toolchains/<stem>; returns its top-level folder, None if absent."""
+  src = os.path.join(SHARED_TOOLCHAINS, tarball)
+  if not os.path.isfile(src):
+    return None
+  root = os.path.join(build_cache(), "toolchains")
+  os.makedirs(root, exist_ok=True)
+  stem = tarball[:-len(".tar.xz")]
+  dest = os.path.join(root, stem)
+  tree = os.path.join(dest, ESP32S3_TOOLS[tarball])
+  if os.path.isdir(tree):
+    return tree
+  with open(os.path.join(root, f".{stem}.lock"), "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if os.path.isdir(tree):
+      return tree
+    sums = os.path.join(SHARED_TOOLCHAINS, "SHA256SUMS")
+    with open(sums) as f:
+      expected = {p[1]: p[0] for p in (l.split() for l in f) if len(p) == 2}
+    if tarball in expected and file_sha256(src) != expected[tarball]:
+      raise RuntimeError(f"{src} does not match its SHA256SUMS entry")
+    tmp = dest + ".partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    with tarfile.open(src) as tf:  # Executables keep their modes (filter="tar").
+      tf.extractall(tmp, filter="tar")
+    os.replace(tmp, dest)
+  return tree
+
+
+def esp32s3_tools() -> tuple[str | None, str]:
+  """(None, why) when the ESP32-S3 toolchain or emulator cannot run here, else
+  (gcc_prefix, qemu_dir): gcc_prefix as <dir>/bin/xtensa-esp32s3-elf- and qemu_dir
+  with bin/qemu-system-xtensa and share/ (the ROM, for -L)."""
+  if shutil.which("make") is None:
+    return None, "needs make"
+  gcc_tar, qemu_tar = ESP32S3_TOOLS
+  gcc, qemu = _extract_tool(gcc_tar), _extract_tool(qemu_tar)
+  if gcc is None or qemu is None:
+    return None, f"needs {SHARED_TOOLCHAINS}/{gcc_tar} and {qemu_tar}"
+  prefix = os.path.join(gcc, "bin", "xtensa-esp32s3-elf-")
+  checks = ((prefix + "gcc", ["--version"], "gcc"),
+            (os.path.join(qemu, "bin", "qemu-system-xtensa"), ["--version"], "qemu"))
+  for exe, args, key in checks:
+    r = subprocess.run([exe] + args, capture_output=True, text=True)
+    if r.returncode != 0:
+      return None, (f"{os.path.basename(exe)} does not run (apt-get install -y "
+                    f"{ESP32S3_APT[key]}): {r.stderr.strip()[:200]}")
+  return prefix, qemu

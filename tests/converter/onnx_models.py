@@ -2,6 +2,7 @@
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 
@@ -60,3 +61,20 @@ def tiny_onnx_resnet(path: str, size: int = 16, classes: int = 10, seed: int = 0
   onnx.checker.check_model(model)
   onnx.save(model, path)
   return sites
+
+
+def graph_model(nodes, inits, out_shape, in_shape=(1, 4, 8, 8)):
+  """A one-input (x), one-output (y) opset-17 model of hand-made nodes."""
+  graph = helper.make_graph(
+      nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(in_shape))],
+      [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(out_shape))],
+      [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+  m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+  m.ir_version = 8
+  onnx.checker.check_model(m)
+  return m
+
+
+def run_graph(m, x):
+  return ort.InferenceSession(m.SerializeToString(),
+                              providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]

@@ -3,33 +3,16 @@ determines is folded (also when a fold is what fixes a shape further on), sites 
 outputs are unchanged, a symbolic batch is pinned to 1."""
 
 import numpy as np
-import onnx
-import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from forge_tflm.converter import onnx_fold
+from tests.converter.onnx_models import graph_model, run_graph
 
 _BN = {f"bn_{k}": np.ones(4, np.float32) for k in "sbmv"}
 _W = {"w": np.eye(4, dtype=np.float32).reshape(4, 4, 1, 1)}
 _SITE = [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[1, 1]),
          helper.make_node("BatchNormalization", ["c", "bn_s", "bn_b", "bn_m", "bn_v"],
                           ["b"])]
-
-
-def _model(nodes, inits, out_shape, in_shape=(1, 4, 8, 8)):
-  graph = helper.make_graph(
-      nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(in_shape))],
-      [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(out_shape))],
-      [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
-  m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-  m.ir_version = 8
-  onnx.checker.check_model(m)
-  return m
-
-
-def _run(m, x):
-  return ort.InferenceSession(m.SerializeToString(),
-                              providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
 
 
 def _x(n=1):
@@ -57,11 +40,11 @@ def test_fold_constants_evaluates_shape_arithmetic_and_keeps_sites():
       helper.make_node("ReduceSum", ["shf"], ["n"], keepdims=0),
       helper.make_node("Add", ["b", "n"], ["y"]),
   ]
-  m = _model(nodes, {"w0": _W["w"], **_BN}, (1, 4, 8, 8))
+  m = graph_model(nodes, {"w0": _W["w"], **_BN}, (1, 4, 8, 8))
   folded, n = onnx_fold.fold_constants(m)
   assert n == 4  # Identity, Shape, Cast, ReduceSum
   assert [x.op_type for x in folded.graph.node] == ["Conv", "BatchNormalization", "Add"]
-  np.testing.assert_array_equal(_run(folded, _x()), _run(m, _x()))
+  np.testing.assert_array_equal(run_graph(folded, _x()), run_graph(m, _x()))
 
 
 def _runtime_pad_then_view():
@@ -89,7 +72,7 @@ def _runtime_pad_then_view():
   inits = {**_W, **_BN, **_FLATTEN_INITS, "i1": np.array(1, np.int64),
            "two": np.array(2, np.int64), "one1": np.array([1], np.int64),
            "two_by_four": np.array([2, 4], np.int64), "eight": np.array([8], np.int64)}
-  return _model(nodes, inits, (1, 8 * 8 * 8))
+  return graph_model(nodes, inits, (1, 8 * 8 * 8))
 
 
 def test_folds_until_nothing_changes():
@@ -101,12 +84,12 @@ def test_folds_until_nothing_changes():
   reshape = folded.graph.node[-1]
   target = {i.name: numpy_helper.to_array(i) for i in folded.graph.initializer}
   assert target[reshape.input[1]].tolist() == [1, -1]
-  np.testing.assert_array_equal(_run(folded, _x()), _run(m, _x()))
+  np.testing.assert_array_equal(run_graph(folded, _x()), run_graph(m, _x()))
 
 
 def test_symbolic_batch_is_pinned_to_one_then_folded():
   nodes = [*_SITE, *_flatten("b", "y")]
-  m = _model(nodes, {**_W, **_BN, **_FLATTEN_INITS}, ("batch", 256),
+  m = graph_model(nodes, {**_W, **_BN, **_FLATTEN_INITS}, ("batch", 256),
              in_shape=("batch", 4, 8, 8))
   unpinned, _ = onnx_fold.fold_constants(m)
   assert "Shape" in [x.op_type for x in unpinned.graph.node]  # Unknown until pinned.
@@ -117,7 +100,7 @@ def test_symbolic_batch_is_pinned_to_one_then_folded():
   folded, _ = onnx_fold.fold_constants(pinned)
   assert [x.op_type for x in folded.graph.node] == ["Conv", "BatchNormalization",
                                                     "Reshape"]
-  np.testing.assert_array_equal(_run(folded, _x()), _run(m, _x()))
+  np.testing.assert_array_equal(run_graph(folded, _x()), run_graph(m, _x()))
   assert not onnx_fold.pin_batch(folded)[1]  # A static batch is left alone.
 
 
@@ -135,9 +118,9 @@ def test_size_and_constant_of_shape_fold_and_dead_nodes_go():
       helper.make_node("Add", ["b", "scaled"], ["y"]),
       helper.make_node("Relu", ["b"], ["unused"]),
   ]
-  m = _model(nodes, {**_W, **_BN}, (1, 4, 8, 8))
+  m = graph_model(nodes, {**_W, **_BN}, (1, 4, 8, 8))
   folded, _ = onnx_fold.fold_constants(m)
   assert [x.op_type for x in folded.graph.node] == ["Conv", "BatchNormalization", "Add"]
   add_const = {i.name: numpy_helper.to_array(i) for i in folded.graph.initializer}
   assert np.all(add_const[folded.graph.node[-1].input[1]] == 256.0)
-  np.testing.assert_array_equal(_run(folded, _x()), _run(m, _x()))
+  np.testing.assert_array_equal(run_graph(folded, _x()), run_graph(m, _x()))

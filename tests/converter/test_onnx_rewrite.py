@@ -2,28 +2,11 @@
 the shortcut rewrite is exact and only takes the pattern it knows."""
 
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from forge_tflm.converter import onnx_fold, onnx_rewrite
-
-
-def _model(nodes, inits, out_shape, in_shape=(1, 4, 8, 8)):
-  graph = helper.make_graph(
-      nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(in_shape))],
-      [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(out_shape))],
-      [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
-  m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-  m.ir_version = 8
-  onnx.checker.check_model(m)
-  return m
-
-
-def _run(m, x):
-  return ort.InferenceSession(m.SerializeToString(),
-                              providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+from tests.converter.onnx_models import graph_model, run_graph
 
 
 def _shortcut_model(pad_value=0.0, pads=(0, 2, 0, 0, 0, 2, 0, 0)):
@@ -44,7 +27,7 @@ def _shortcut_model(pad_value=0.0, pads=(0, 2, 0, 0, 0, 2, 0, 0)):
            "two1": np.array([2], np.int64), "three1": np.array([3], np.int64),
            "pads": np.array(pads, np.int64), "value": np.array(pad_value, np.float32)}
   c_out = 4 + pads[1] + pads[5]
-  return _model(nodes, inits, (1, c_out, 4 + pads[2] + pads[6], 4 + pads[3] + pads[7]))
+  return graph_model(nodes, inits, (1, c_out, 4 + pads[2] + pads[6], 4 + pads[3] + pads[7]))
 
 
 def test_subsample_pad_becomes_an_exact_strided_1x1_conv():
@@ -55,7 +38,7 @@ def test_subsample_pad_becomes_an_exact_strided_1x1_conv():
   conv = rewritten.graph.node[0]
   assert [a.ints for a in conv.attribute if a.name == "strides"] == [[2, 2]]
   x = np.random.default_rng(1).normal(size=(1, 4, 8, 8)).astype(np.float32)
-  np.testing.assert_array_equal(_run(rewritten, x), _run(_shortcut_model(), x))
+  np.testing.assert_array_equal(run_graph(rewritten, x), run_graph(_shortcut_model(), x))
 
 
 @pytest.mark.parametrize("kind", ["nonzero_value", "spatial_pad"])
@@ -91,7 +74,7 @@ def _normalized_conv(norm: str):
   nodes += [helper.make_node("Conv", [x, "w"], ["c"], kernel_shape=[3, 3], pads=[1] * 4),
             helper.make_node("BatchNormalization", ["c", "bn_s", "bn_b", "bn_m", "bn_v"],
                              ["y"])]
-  return _model(nodes, inits, (1, 4, 8, 8), in_shape=(1, 3, 8, 8))
+  return graph_model(nodes, inits, (1, 4, 8, 8), in_shape=(1, 3, 8, 8))
 
 
 def test_input_normalization_becomes_one_depthwise_conv():
@@ -107,7 +90,7 @@ def test_input_normalization_becomes_one_depthwise_conv():
                              rtol=1e-6)
   np.testing.assert_allclose(inits[dw.input[2]], -(_MEAN / _STD).reshape(3), rtol=1e-6)
   x = np.random.default_rng(3).uniform(0, 255, (1, 3, 8, 8)).astype(np.float32)
-  np.testing.assert_allclose(_run(rewritten, x), _run(m, x), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(run_graph(rewritten, x), run_graph(m, x), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("norm", ["scalar_only", "not_per_channel"])
