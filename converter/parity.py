@@ -86,9 +86,11 @@ def _activate(x: np.ndarray, activation: str) -> np.ndarray:
   return x
 
 
-def run_tflite(model_bytes: bytes, inputs: np.ndarray, tensors: list[int] = ()):
+def run_tflite(model_bytes: bytes, inputs: np.ndarray, tensors: list[int] = (),
+               quantized: bool = False):
   """Runs a TFLite model image by image; returns (outputs [N, ...] float, {tensor: [N, ...]})
-  with int8 inputs/outputs (de)quantized with the model's own parameters."""
+  with int8 inputs/outputs (de)quantized with the model's own parameters, unless the
+  inputs are `quantized` already."""
   from ai_edge_litert.interpreter import Interpreter
 
   with warnings.catch_warnings():  # "preserve_all_tensors is for debugging": it is here.
@@ -100,7 +102,7 @@ def run_tflite(model_bytes: bytes, inputs: np.ndarray, tensors: list[int] = ()):
   outs, kept = [], {t: [] for t in tensors}
   for x in inputs:
     x = x[None]
-    if inp["dtype"] == np.int8:
+    if inp["dtype"] == np.int8 and not quantized:
       s, z = inp["quantization"]
       x = np.clip(np.round(x / s) + z, -128, 127).astype(np.int8)
     interp.set_tensor(inp["index"], x.astype(inp["dtype"]))
@@ -220,22 +222,12 @@ def _site_moved(plain_tflite: bytes, x_int8: np.ndarray, names: dict[str, str],
                 seen: dict[str, list[np.ndarray]], n: int) -> tuple[tuple[str, float], ...]:
   """Per site in graph order: the fraction of its output elements that source mode moves
   by more than one step from the input model's (the same tensor, kept by insertion)."""
-  from ai_edge_litert.interpreter import Interpreter
-
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore", UserWarning)
-    it = Interpreter(model_content=plain_tflite, experimental_preserve_all_tensors=True)
-  it.allocate_tensors()
-  index = {d["name"]: d["index"] for d in it.get_tensor_details()}
-  wanted = {name: [] for name in names}
-  for x in x_int8:
-    it.set_tensor(it.get_input_details()[0]["index"], x[None])
-    it.invoke()
-    for name in wanted:
-      wanted[name].append(it.get_tensor(index[name]).copy())
+  tensors = tg.load_model(plain_tflite).subgraphs[0].tensors
+  index = {tg.tensor_name(t): i for i, t in enumerate(tensors)}
+  _, kept = run_tflite(plain_tflite, x_int8, [index[name] for name in names], quantized=True)
   moved = []
   for tensor, site in names.items():
-    a = np.concatenate(wanted[tensor]).astype(np.int32)
+    a = kept[index[tensor]].astype(np.int32)
     b = np.concatenate(seen[site][:n]).astype(np.int32)
     moved.append((site, float(np.mean(np.abs(a - b) > 1))))
   return tuple(moved)
