@@ -6,6 +6,7 @@ Metadata lives in pyproject.toml; this file only declares the native extension.
 from setuptools import Extension, setup
 
 _CORE_DIR = "custom_ops/forge_recalib/src"
+_APP_CORE_DIR = "esp32s3_app/core"
 
 EXT_MODULES = [
     Extension(
@@ -26,6 +27,17 @@ EXT_MODULES = [
         # run time on x86-64, the ansi loops elsewhere); the binding uses it.
         define_macros=[("FORGE_RECALIB_LUT_MIN_M", "2147483647"),
                        ("FORGE_RECALIB_X86", "1")],
+    ),
+    # The field controller: the same C the device app compiles (core/sources.txt).
+    Extension(
+        "forge_tflm.evaluation._forge_controller",
+        sources=[f"{_APP_CORE_DIR}/forge_controller.c",
+                 "forge_tflm/evaluation/_controller_module.c"],
+        include_dirs=[_APP_CORE_DIR],
+        depends=[f"{_APP_CORE_DIR}/forge_controller.h",
+                 f"{_APP_CORE_DIR}/forge_controller_settings.h"],
+        extra_compile_args=["-O2", "-ffp-contract=off", "-std=c99", "-fno-fast-math",
+                            "-Wall", "-Wextra"],
     ),
 ]
 

@@ -1,8 +1,12 @@
-"""Shared by the benchmark scripts: print a report and, with --output, commit it."""
+"""Shared by the benchmark scripts: print a report and, with --output, commit it; the
+long fuzz and cross-check runs' command line, outcome tables and driver."""
 
 from __future__ import annotations
 
+import argparse
+import datetime
 import os
+import sys
 
 
 def emit(report: str, output: str | None) -> None:
@@ -11,3 +15,41 @@ def emit(report: str, output: str | None) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     with open(output, "w") as f:
       f.write(report)
+
+
+def command_line(script: str, argv) -> str:
+  """The command as the report's first line records it."""
+  args = argv if argv is not None else sys.argv[1:]
+  return f"python benchmarks/{script} " + " ".join(args)
+
+
+def dated(command: str) -> str:
+  return f"# {datetime.date.today().isoformat()}: {command.strip()}"
+
+
+def outcome_table(title: str, rows: dict, outcomes) -> list[str]:
+  """One row per seed or mutator: its count of each outcome and the total."""
+  lines = [f"{title:<12}" + "".join(f"{o:>14}" for o in outcomes) + f"{'total':>10}"]
+  for name, counts in sorted(rows.items()):
+    lines.append(f"{name:<12}" + "".join(f"{counts.get(o, 0):>14,}" for o in outcomes)
+                 + f"{sum(counts.values()):>10,}")
+  return lines
+
+
+def worker_fuzz_main(fuzzer, script: str, report, doc: str, argv=None) -> int:
+  """main() of a fuzz run over a worker pool (tests/runtime's artifact and manifest
+  fuzzers share `fuzz(mutants, workers, run_seed, start, workdir, progress)`)."""
+  p = argparse.ArgumentParser(description=doc.split("\n")[0])
+  p.add_argument("--mutants", type=int, default=100_000)
+  p.add_argument("--workers", type=int, default=2)
+  p.add_argument("--run_seed", type=int, default=0)
+  p.add_argument("--start", type=int, default=0)
+  p.add_argument("--workdir", default=None, help="mutant files and findings")
+  p.add_argument("--output", default=None, help="also write the report here")
+  args = p.parse_args(argv)
+  summary = fuzzer.fuzz(args.mutants, args.workers, args.run_seed, args.start,
+                        args.workdir, progress=lambda done, counts: print(
+                            f"{done:,} {dict(counts)}", file=sys.stderr, flush=True))
+  emit(report(summary, command_line(script, argv)), args.output)
+  bad = any(summary["counts"].get(o) for o in fuzzer.FAILURES)
+  return 1 if bad or any(summary["worker_exit_codes"]) else 0

@@ -21,7 +21,7 @@ import sys
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks.fuzz_report import command_line, dated, emit, outcome_table  # noqa: E402
+from benchmarks._report import command_line, dated, emit, outcome_table  # noqa: E402
 from tests.deploy import deploy_fuzz as df  # noqa: E402
 
 

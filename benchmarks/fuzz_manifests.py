@@ -20,7 +20,7 @@ import sys
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks.fuzz_report import dated, outcome_table, worker_fuzz_main  # noqa: E402
+from benchmarks._report import dated, outcome_table, worker_fuzz_main  # noqa: E402
 from tests.runtime import manifest_fuzz as mf  # noqa: E402
 
 

@@ -23,7 +23,7 @@ import time
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks.fuzz_report import command_line, dated, emit  # noqa: E402
+from benchmarks._report import command_line, dated, emit  # noqa: E402
 from tests.custom_ops import options_crosscheck as oc  # noqa: E402
 
 

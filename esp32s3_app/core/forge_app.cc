@@ -522,7 +522,30 @@ uint32_t ForgeAppChecksum(const void* data, size_t n) {
   return h;
 }
 
-int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) {
+namespace {
+
+using OpList = flatbuffers::Vector<flatbuffers::Offset<tflite::Operator>>;
+
+// One run: what its steps share.
+struct Session {
+  const ForgeAppConfig* config = nullptr;
+  const tflite::Model* model = nullptr;
+  const OpList* ops = nullptr;
+  uint32_t num_forge = 0;
+  tflite::MicroInterpreter* interpreter = nullptr;
+  ModeScope<>* mode = nullptr;
+  TfLiteTensor* input = nullptr;
+  TfLiteTensor* output = nullptr;
+  size_t input_bytes = 0;
+  size_t num_classes = 0;
+  ForgeController gate;  // config->gate only
+  int8_t source_logits[FORGE_CONTROLLER_MAX_CLASSES] = {};
+  // The probe's second pass needs the image again: TFLM's memory plan may reuse
+  // the input tensor's bytes for later tensors during the first.
+  int8_t* probe_input = nullptr;
+};
+
+void ResetRunState(const ForgeAppPlatform& platform, const ForgeAppConfig& config) {
   g_run.platform = &platform;
   g_run.trace = config.trace;
   g_run.in_invoke = false;
@@ -532,254 +555,260 @@ int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) 
   g_run.dump_image = config.dump_image;
   memset(g_run.cost, 0, sizeof(g_run.cost));
   memset(g_run.checksum, 0, sizeof(g_run.checksum));
+}
 
+// The model's structure, checked; marks the FORGE ops. 0 or a Fail() code.
+int ReadModel(const ForgeAppConfig& config, Session* s) {
   if (config.model == nullptr || config.arena == nullptr) return Fail("no_model_or_arena", -1);
   if (config.images == nullptr && config.read_image == nullptr) return Fail("no_images", -1);
-  const tflite::Model* model = tflite::GetModel(config.model);
-  if (model->version() != TFLITE_SCHEMA_VERSION) return Fail("schema_version", -2);
-  if (model->subgraphs() == nullptr || model->subgraphs()->size() != 1) {
+  s->model = tflite::GetModel(config.model);
+  if (s->model->version() != TFLITE_SCHEMA_VERSION) return Fail("schema_version", -2);
+  if (s->model->subgraphs() == nullptr || s->model->subgraphs()->size() != 1) {
     return Fail("needs_one_subgraph", -2);
   }
-  const auto* ops = model->subgraphs()->Get(0)->operators();
-  g_run.num_ops = ops == nullptr ? 0 : ops->size();
+  s->ops = s->model->subgraphs()->Get(0)->operators();
+  g_run.num_ops = s->ops == nullptr ? 0 : s->ops->size();
   if (g_run.num_ops > static_cast<uint32_t>(kMaxOps)) return Fail("too_many_ops", -2);
-  uint32_t num_forge = 0;
   for (uint32_t i = 0; i < g_run.num_ops; ++i) {
-    g_run.is_forge[i] = strcmp(OpName(model, ops->Get(i)), kForgeName) == 0;
-    num_forge += g_run.is_forge[i] ? 1 : 0;
+    g_run.is_forge[i] = strcmp(OpName(s->model, s->ops->Get(i)), kForgeName) == 0;
+    s->num_forge += g_run.is_forge[i] ? 1 : 0;
   }
+  return 0;
+}
 
-  static Resolver resolver;  // static: registrations must outlive the run
-  static bool resolver_ready = false;
-  if (!resolver_ready) {
-    if (FillResolver(&resolver) != kTfLiteOk) return Fail("resolver", -3);
-    resolver_ready = true;
-  }
-  OpProfiler profiler;
-  tflite::MicroInterpreter interpreter(model, resolver, config.arena, config.arena_size,
-                                       nullptr, &profiler);
-  ModeScope<> mode(&interpreter, config.adapt);  // before AllocateTensors/Invoke
-  if (!mode.ok()) return Fail("forge_mode", -3);
+// Tensors, the controller and the probe's input copy. 0 or a Fail() code.
+int SetUp(Session* s) {
+  const ForgeAppConfig& config = *s->config;
+  if (!s->mode->ok()) return Fail("forge_mode", -3);
   if (config.gate && (!config.adapt || !ModeScope<>::kHasSourceMode)) {
     return Fail(config.adapt ? "gate_needs_the_source_mode_kernel" : "gate_needs_adapt", -3);
   }
-  if (interpreter.AllocateTensors() != kTfLiteOk) return Fail("allocate_tensors", -4);
-  TfLiteTensor* input = interpreter.input(0);
-  TfLiteTensor* output = interpreter.output(0);
-  if (input == nullptr || output == nullptr || input->type != kTfLiteInt8 ||
-      output->type != kTfLiteInt8) {
+  if (s->interpreter->AllocateTensors() != kTfLiteOk) return Fail("allocate_tensors", -4);
+  s->input = s->interpreter->input(0);
+  s->output = s->interpreter->output(0);
+  if (s->input == nullptr || s->output == nullptr || s->input->type != kTfLiteInt8 ||
+      s->output->type != kTfLiteInt8) {
     return Fail("needs_int8_input_and_output", -5);
   }
-  const size_t input_bytes = input->bytes;
-  const size_t num_classes = output->bytes;
-  ForgeGateConfig gate_config = config.gate_config;
-  gate_config.num_classes = static_cast<int>(num_classes);
-  if (output->params.scale > 0.0f) {
-    gate_config.output_scale = output->params.scale;
-    gate_config.output_zero_point = output->params.zero_point;
+  s->input_bytes = s->input->bytes;
+  s->num_classes = s->output->bytes;
+  if (!config.gate) return 0;
+  const float scale = s->output->params.scale > 0.0f ? s->output->params.scale : 1.0f;
+  const int32_t zero_point = s->output->params.scale > 0.0f ? s->output->params.zero_point : 0;
+  if (!forge_controller_init(&s->gate, &config.gate_settings,
+                             static_cast<int>(s->num_classes), scale, zero_point)) {
+    return Fail("gate_config", -5);
   }
-  ForgeGate gate(gate_config);
-  if (config.gate && !gate.valid()) return Fail("gate_config", -5);
-  int8_t source_logits[kForgeGateMaxClasses];
-  // The probe's second pass needs the image again: TFLM's memory plan may reuse
-  // the input tensor's bytes for later tensors during the first.
-  int8_t* probe_input = nullptr;
-  if (config.gate) {
-    probe_input = static_cast<int8_t*>(malloc(input_bytes));
-    if (probe_input == nullptr) return Fail("gate_input_copy_alloc", -5);
-  }
-  struct FreeOnExit {
-    void* p;
-    ~FreeOnExit() { free(p); }
-  } free_probe_input{probe_input};
+  s->probe_input = static_cast<int8_t*>(malloc(s->input_bytes));
+  if (s->probe_input == nullptr) return Fail("gate_input_copy_alloc", -5);
+  return 0;
+}
 
-  {
-    Line line;
-    line.Add("forge_app version=1 model_bytes=%lu ops=%lu forge_ops=%lu input=",
-             static_cast<unsigned long>(config.model_size),
-             static_cast<unsigned long>(g_run.num_ops),
-             static_cast<unsigned long>(num_forge));
-    AddShape(&line, input);
-    line.Add(" input_bytes=%lu output=", static_cast<unsigned long>(input_bytes));
-    AddShape(&line, output);
-    static const char* const kTraceNames[] = {"none", "forge", "all"};
+void PrintHeader(const Session& s) {
+  const ForgeAppConfig& config = *s.config;
+  Line line;
+  line.Add("forge_app version=1 model_bytes=%lu ops=%lu forge_ops=%lu input=",
+           static_cast<unsigned long>(config.model_size),
+           static_cast<unsigned long>(g_run.num_ops),
+           static_cast<unsigned long>(s.num_forge));
+  AddShape(&line, s.input);
+  line.Add(" input_bytes=%lu output=", static_cast<unsigned long>(s.input_bytes));
+  AddShape(&line, s.output);
+  static const char* const kTraceNames[] = {"none", "forge", "all"};
 #ifdef ESP_NN
-    const int fc_guard = forge_app::TakeGuardedFullyConnectedCount();
+  const int fc_guard = forge_app::TakeGuardedFullyConnectedCount();
 #else
-    const int fc_guard = 0;
+  const int fc_guard = 0;
 #endif
-    line.Add(" clock_hz=%s mode=%s trace=%s fc_guard=%d",
-             U64(platform.clock_hz).s,
-             config.gate ? "gated" : config.adapt ? "adapt" : "frozen",
-             kTraceNames[config.trace < 0 || config.trace > 2 ? 0 : config.trace], fc_guard);
-    line.Emit();
-  }
+  line.Add(" clock_hz=%s mode=%s trace=%s fc_guard=%d", U64(g_run.platform->clock_hz).s,
+           config.gate ? "gated" : config.adapt ? "adapt" : "frozen",
+           kTraceNames[config.trace < 0 || config.trace > 2 ? 0 : config.trace], fc_guard);
+  line.Emit();
   for (uint32_t i = 0; i < g_run.num_ops; ++i) {
-    Line line;
-    line.Add("op index=%lu name=%s forge=%d", static_cast<unsigned long>(i),
-             OpName(model, ops->Get(i)), g_run.is_forge[i] ? 1 : 0);
-    line.Emit();
+    Line op;
+    op.Add("op index=%lu name=%s forge=%d", static_cast<unsigned long>(i),
+           OpName(s.model, s.ops->Get(i)), g_run.is_forge[i] ? 1 : 0);
+    op.Emit();
   }
-  {
-    Line line;
-    size_t state_total = 0;
-    for (uint32_t i = 0; i < g_run.num_states; ++i) state_total += g_run.state_bytes[i];
-    // forge_state: the state buffers found (forge_persistent minus
-    // the op data when every op's was found: states == FORGE ops).
-    line.Add("mem arena_size=%lu arena_used=%lu forge_persistent=%lu forge_scratch=%lu "
-             "forge_state=%lu states=%lu",
-             static_cast<unsigned long>(config.arena_size),
-             static_cast<unsigned long>(interpreter.arena_used_bytes()),
-             static_cast<unsigned long>(g_run.forge_persistent),
-             static_cast<unsigned long>(g_run.forge_scratch),
-             static_cast<unsigned long>(state_total),
-             static_cast<unsigned long>(g_run.num_states));
-    line.Emit();
-  }
+}
 
-  uint64_t total_ticks = 0;
-  size_t done = 0;
-  int rc = 0;
-  for (size_t n = 0; n < config.num_images; ++n) {
-    int8_t* dst = input->data.int8;
-    if (config.images != nullptr) {
-      memcpy(dst, config.images + n * input_bytes, input_bytes);
-    } else if (!config.read_image(config.read_image_user, n, dst, input_bytes)) {
-      break;  // end of the stream
-    }
-    g_run.op_counter = 0;
-    g_run.image = n;
-    g_run.event_counter = 0;
-    g_run.in_invoke = true;
-    Marker(FORGE_APP_MARKER_INFERENCE, 1, static_cast<uint32_t>(n));
-    const uint64_t t0 = Now();
-    TfLiteStatus status = kTfLiteOk;
-    const char* path = nullptr;  // gate: the pass whose logits are reported
-    ForgeGate::Event event = ForgeGate::kNone;
-    if (!config.gate) {
-      status = interpreter.Invoke();
-      if (status == kTfLiteOk && config.adapt) {
-        mode.CommitPrediction(output->data.int8, num_classes);
-      }
-    } else if (gate.probing()) {
-      // The source pass, then the adapting one on the same image.
-      memcpy(probe_input, dst, input_bytes);
-      if (!mode.Set(FORGE_RECALIB_MODE_SOURCE)) return Fail("forge_mode", -3);
-      status = interpreter.Invoke();
-      memcpy(source_logits, output->data.int8, num_classes);
-      if (status == kTfLiteOk) {
-        memcpy(input->data.int8, probe_input, input_bytes);
-        mode.Set(FORGE_RECALIB_MODE_ADAPT);
-        status = interpreter.Invoke();
-        if (status == kTfLiteOk) mode.CommitPrediction(output->data.int8, num_classes);
-      }
-      // Predict with the path chosen last (the source before the first decision).
-      const bool adapting = gate.adapting();
-      path = adapting ? "adapt" : "source";
-      if (status == kTfLiteOk) {
-        event = gate.Observe(source_logits, output->data.int8);
-        if (!adapting) memcpy(output->data.int8, source_logits, num_classes);
-        if (event == ForgeGate::kDecidedOff && !config.gate_config.keep_state) {
-          interpreter.Reset();  // clean targets
-        }
-      }
-    } else {
-      const bool adapting = gate.adapting();
-      const bool keep = config.gate_config.keep_state;
-      mode.Set(adapting ? FORGE_RECALIB_MODE_ADAPT
-                        : keep ? FORGE_RECALIB_MODE_SOURCE : FORGE_RECALIB_MODE_FROZEN);
-      status = interpreter.Invoke();
-      if (status == kTfLiteOk && adapting) {
-        mode.CommitPrediction(output->data.int8, num_classes);
-      } else if (status == kTfLiteOk && gate.observing()) {
-        mode.ObservePrediction(output->data.int8, num_classes);
-      }
-      path = adapting ? "adapt" : keep ? "source" : "frozen";
-      gate.Skip();
-    }
-    const uint64_t ticks = Now() - t0;
-    Marker(FORGE_APP_MARKER_INFERENCE, 0, static_cast<uint32_t>(n));
-    g_run.in_invoke = false;
-    if (status != kTfLiteOk) {
-      Line line;
-      line.Add("error what=invoke image=%lu", static_cast<unsigned long>(n));
-      line.Emit();
-      rc = -7;
-      break;
-    }
-    total_ticks += ticks;
-    ++done;
-    const int8_t* logits = output->data.int8;
-    size_t best = 0;
-    for (size_t c = 1; c < num_classes; ++c) {
-      if (logits[c] > logits[best]) best = c;  // first maximum, as numpy argmax
-    }
-    Line line;
-    line.Add("img index=%lu pred=%lu", static_cast<unsigned long>(n),
-             static_cast<unsigned long>(best));
-    if (config.print_logits) {
-      line.Add(" logits=");
-      for (size_t c = 0; c < num_classes; ++c) line.Add(c ? ",%d" : "%d", logits[c]);
-    }
-    line.Add(" ticks=%s", U64(ticks).s);
-    if (path != nullptr) line.Add(" path=%s", path);
-    if (config.trace == FORGE_APP_TRACE_FORGE || config.trace == FORGE_APP_TRACE_ALL) {
-      line.Add(" forge=");
-      bool first = true;
-      for (uint32_t i = 0; i < g_run.num_ops; ++i) {
-        if (!g_run.is_forge[i]) continue;
-        line.Add(first ? "%08lx" : ",%08lx", static_cast<unsigned long>(g_run.checksum[i]));
-        first = false;
-      }
-    }
-    if ((config.trace == FORGE_APP_TRACE_FORGE || config.trace == FORGE_APP_TRACE_ALL) &&
-        num_forge > 0 && g_run.num_states == num_forge) {
-      line.Add(" state=");
-      bool first = true;
-      for (uint32_t i = 0; i < g_run.num_ops; ++i) {
-        if (!g_run.is_forge[i]) continue;
-        line.Add(first ? "%08lx" : ",%08lx",
-                 static_cast<unsigned long>(g_run.state_checksum[i]));
-        first = false;
-      }
-    }
-    if (config.trace == FORGE_APP_TRACE_ALL) {
-      line.Add(" trace=");
-      for (uint32_t i = 0; i < g_run.num_ops; ++i) {
-        line.Add(i ? ",%08lx" : "%08lx", static_cast<unsigned long>(g_run.checksum[i]));
-      }
-    }
-    line.Emit();
-    if (event != ForgeGate::kNone) {
-      Line decision;
-      // Integers (micro-units): newlib-nano's printf has no %f.
-      decision.Add("gate image=%lu decision=%s score_e6=%ld autocorrelation_e6=%ld"
-                   " autocorrelation_adapted_e6=%ld",
-                   static_cast<unsigned long>(n),
-                   event == ForgeGate::kDecidedOn ? "on" : "off",
-                   lround(gate.score() * 1e6), lround(gate.autocorrelation() * 1e6),
-                   lround(gate.autocorrelation_adapted() * 1e6));
-      decision.Emit();
+void PrintMemory(const Session& s) {
+  Line line;
+  size_t state_total = 0;
+  for (uint32_t i = 0; i < g_run.num_states; ++i) state_total += g_run.state_bytes[i];
+  // forge_state: the state buffers found (forge_persistent minus the op data
+  // when every op's was found: states == FORGE ops).
+  line.Add("mem arena_size=%lu arena_used=%lu forge_persistent=%lu forge_scratch=%lu "
+           "forge_state=%lu states=%lu",
+           static_cast<unsigned long>(s.config->arena_size),
+           static_cast<unsigned long>(s.interpreter->arena_used_bytes()),
+           static_cast<unsigned long>(g_run.forge_persistent),
+           static_cast<unsigned long>(g_run.forge_scratch),
+           static_cast<unsigned long>(state_total),
+           static_cast<unsigned long>(g_run.num_states));
+  line.Emit();
+}
+
+// Image n into the input tensor; false at the end of the stream.
+bool LoadImage(const Session& s, size_t n) {
+  int8_t* dst = s.input->data.int8;
+  if (s.config->images != nullptr) {
+    memcpy(dst, s.config->images + n * s.input_bytes, s.input_bytes);
+    return true;
+  }
+  return s.config->read_image(s.config->read_image_user, n, dst, s.input_bytes);
+}
+
+// A probed image: the source pass, then the adapting one on the same image; the
+// output tensor ends up holding the path chosen last (the source before the
+// first decision).
+TfLiteStatus RunProbe(Session* s, ForgeControllerEvent* event) {
+  memcpy(s->probe_input, s->input->data.int8, s->input_bytes);
+  if (!s->mode->Set(FORGE_RECALIB_MODE_SOURCE)) return kTfLiteError;
+  TfLiteStatus status = s->interpreter->Invoke();
+  if (status != kTfLiteOk) return status;
+  memcpy(s->source_logits, s->output->data.int8, s->num_classes);
+  memcpy(s->input->data.int8, s->probe_input, s->input_bytes);
+  s->mode->Set(FORGE_RECALIB_MODE_ADAPT);
+  status = s->interpreter->Invoke();
+  if (status != kTfLiteOk) return status;
+  s->mode->CommitPrediction(s->output->data.int8, s->num_classes);
+  const bool adapting = forge_controller_adapting(&s->gate);
+  *event = forge_controller_probed(&s->gate, s->source_logits, s->output->data.int8, 1);
+  if (!adapting) memcpy(s->output->data.int8, s->source_logits, s->num_classes);
+  if (*event == FORGE_CONTROLLER_OFF_RESET) s->interpreter->Reset();  // clean targets
+  return kTfLiteOk;
+}
+
+// One image as the controller says; *path names the pass whose output is kept.
+TfLiteStatus RunGated(Session* s, const char** path, ForgeControllerEvent* event) {
+  const ForgeControllerStep step = forge_controller_next(&s->gate);
+  if (step == FORGE_CONTROLLER_PROBE) {
+    *path = forge_controller_adapting(&s->gate) ? "adapt" : "source";
+    return RunProbe(s, event);
+  }
+  static const int32_t kModes[] = {FORGE_RECALIB_MODE_ADAPT, FORGE_RECALIB_MODE_ADAPT,
+                                   FORGE_RECALIB_MODE_SOURCE, FORGE_RECALIB_MODE_SOURCE,
+                                   FORGE_RECALIB_MODE_FROZEN};
+  static const char* const kPaths[] = {"adapt", "adapt", "source", "source", "frozen"};
+  s->mode->Set(kModes[step]);
+  *path = kPaths[step];
+  const TfLiteStatus status = s->interpreter->Invoke();
+  if (status == kTfLiteOk && step == FORGE_CONTROLLER_ADAPT) {
+    s->mode->CommitPrediction(s->output->data.int8, s->num_classes);
+  } else if (status == kTfLiteOk && step == FORGE_CONTROLLER_OBSERVE) {
+    // The guard's detector keeps reading the stream while nothing adapts.
+    s->mode->ObservePrediction(s->output->data.int8, s->num_classes);
+  }
+  forge_controller_skipped(&s->gate, 1);
+  return status;
+}
+
+TfLiteStatus RunImage(Session* s, const char** path, ForgeControllerEvent* event) {
+  if (s->config->gate) return RunGated(s, path, event);
+  const TfLiteStatus status = s->interpreter->Invoke();
+  if (status == kTfLiteOk && s->config->adapt) {
+    s->mode->CommitPrediction(s->output->data.int8, s->num_classes);
+  }
+  return status;
+}
+
+// " name=h0,h1,..." over the FORGE ops (forge_only) or every op.
+void AddChecksums(Line* line, const char* name, const uint32_t* values, bool forge_only) {
+  line->Add(" %s=", name);
+  bool first = true;
+  for (uint32_t i = 0; i < g_run.num_ops; ++i) {
+    if (forge_only && !g_run.is_forge[i]) continue;
+    line->Add(first ? "%08lx" : ",%08lx", static_cast<unsigned long>(values[i]));
+    first = false;
+  }
+}
+
+void PrintImage(const Session& s, size_t n, uint64_t ticks, const char* path) {
+  const int8_t* logits = s.output->data.int8;
+  size_t best = 0;
+  for (size_t c = 1; c < s.num_classes; ++c) {
+    if (logits[c] > logits[best]) best = c;  // first maximum, as numpy argmax
+  }
+  Line line;
+  line.Add("img index=%lu pred=%lu", static_cast<unsigned long>(n),
+           static_cast<unsigned long>(best));
+  if (s.config->print_logits) {
+    line.Add(" logits=");
+    for (size_t c = 0; c < s.num_classes; ++c) line.Add(c ? ",%d" : "%d", logits[c]);
+  }
+  line.Add(" ticks=%s", U64(ticks).s);
+  if (path != nullptr) line.Add(" path=%s", path);
+  const int trace = s.config->trace;
+  if (trace == FORGE_APP_TRACE_FORGE || trace == FORGE_APP_TRACE_ALL) {
+    AddChecksums(&line, "forge", g_run.checksum, true);
+    if (s.num_forge > 0 && g_run.num_states == s.num_forge) {
+      AddChecksums(&line, "state", g_run.state_checksum, true);
     }
   }
+  if (trace == FORGE_APP_TRACE_ALL) AddChecksums(&line, "trace", g_run.checksum, false);
+  line.Emit();
+}
 
-  // Per-operator and per-type cost (summed over the images that ran).
+void PrintDecision(const Session& s, size_t n, ForgeControllerEvent event) {
+  Line line;
+  // Integers (micro-units): newlib-nano's printf has no %f.
+  line.Add("gate image=%lu decision=%s score_e6=%ld autocorrelation_e6=%ld"
+           " autocorrelation_adapted_e6=%ld",
+           static_cast<unsigned long>(n), event == FORGE_CONTROLLER_ON ? "on" : "off",
+           lround(forge_controller_score(&s.gate) * 1e6),
+           lround(forge_controller_autocorrelation(&s.gate, false) * 1e6),
+           lround(forge_controller_autocorrelation(&s.gate, true) * 1e6));
+  line.Emit();
+}
+
+// Image n: loaded, run, printed. 1: done, 0: end of the stream, <0: failed.
+int Step(Session* s, size_t n, uint64_t* total_ticks) {
+  if (!LoadImage(*s, n)) return 0;
+  g_run.op_counter = 0;
+  g_run.image = n;
+  g_run.event_counter = 0;
+  g_run.in_invoke = true;
+  Marker(FORGE_APP_MARKER_INFERENCE, 1, static_cast<uint32_t>(n));
+  const uint64_t t0 = Now();
+  const char* path = nullptr;
+  ForgeControllerEvent event = FORGE_CONTROLLER_NONE;
+  const TfLiteStatus status = RunImage(s, &path, &event);
+  const uint64_t ticks = Now() - t0;
+  Marker(FORGE_APP_MARKER_INFERENCE, 0, static_cast<uint32_t>(n));
+  g_run.in_invoke = false;
+  if (status != kTfLiteOk) {
+    Line line;
+    line.Add("error what=invoke image=%lu", static_cast<unsigned long>(n));
+    line.Emit();
+    return -7;
+  }
+  *total_ticks += ticks;
+  PrintImage(*s, n, ticks, path);
+  if (event != FORGE_CONTROLLER_NONE) PrintDecision(*s, n, event);
+  return 1;
+}
+
+// Per-operator and per-type cost (summed over the images that ran).
+void PrintCosts(const Session& s) {
   for (uint32_t i = 0; i < g_run.num_ops; ++i) {
     Line line;
     line.Add("cost index=%lu name=%s calls=%lu ticks=%s", static_cast<unsigned long>(i),
-             OpName(model, ops->Get(i)), static_cast<unsigned long>(g_run.cost[i].calls),
+             OpName(s.model, s.ops->Get(i)), static_cast<unsigned long>(g_run.cost[i].calls),
              U64(g_run.cost[i].ticks).s);
     line.Emit();
   }
   for (uint32_t i = 0; i < g_run.num_ops; ++i) {
-    const char* name = OpName(model, ops->Get(i));
+    const char* name = OpName(s.model, s.ops->Get(i));
     bool seen = false;
-    for (uint32_t j = 0; j < i && !seen; ++j) seen = strcmp(OpName(model, ops->Get(j)), name) == 0;
+    for (uint32_t j = 0; j < i && !seen; ++j) {
+      seen = strcmp(OpName(s.model, s.ops->Get(j)), name) == 0;
+    }
     if (seen) continue;
     uint64_t ticks = 0;
     uint32_t count = 0;
     for (uint32_t j = i; j < g_run.num_ops; ++j) {
-      if (strcmp(OpName(model, ops->Get(j)), name) == 0) {
+      if (strcmp(OpName(s.model, s.ops->Get(j)), name) == 0) {
         ticks += g_run.cost[j].ticks;
         ++count;
       }
@@ -789,6 +818,47 @@ int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) 
              U64(ticks).s);
     line.Emit();
   }
+}
+
+}  // namespace
+
+int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) {
+  ResetRunState(platform, config);
+  Session s;
+  s.config = &config;
+  int rc = ReadModel(config, &s);
+  if (rc != 0) return rc;
+  static Resolver resolver;  // static: registrations must outlive the run
+  static bool resolver_ready = false;
+  if (!resolver_ready) {
+    if (FillResolver(&resolver) != kTfLiteOk) return Fail("resolver", -3);
+    resolver_ready = true;
+  }
+  OpProfiler profiler;
+  tflite::MicroInterpreter interpreter(s.model, resolver, config.arena, config.arena_size,
+                                       nullptr, &profiler);
+  ModeScope<> mode(&interpreter, config.adapt);  // before AllocateTensors/Invoke
+  s.interpreter = &interpreter;
+  s.mode = &mode;
+  rc = SetUp(&s);
+  struct FreeOnExit {
+    void* p;
+    ~FreeOnExit() { free(p); }
+  } free_probe_input{s.probe_input};
+  if (rc != 0) return rc;
+  PrintHeader(s);
+  PrintMemory(s);
+  uint64_t total_ticks = 0;
+  size_t done = 0;
+  for (size_t n = 0; n < config.num_images; ++n) {
+    const int step = Step(&s, n, &total_ticks);
+    if (step <= 0) {
+      rc = step;
+      break;
+    }
+    ++done;
+  }
+  PrintCosts(s);
   Line line;
   line.Add("done images=%lu status=%s ticks=%s", static_cast<unsigned long>(done),
            rc == 0 ? "ok" : "error", U64(total_ticks).s);

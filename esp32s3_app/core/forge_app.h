@@ -56,7 +56,7 @@
 #include <stdint.h>
 
 #include "forge_app_platform.h"
-#include "forge_gate.h"
+#include "forge_controller.h"
 
 // The operators the resolver knows (the ResNet-20 set by default). Define
 // FORGE_APP_OPS_CUSTOM and then any of the FORGE_APP_OP_* macros below to
@@ -67,6 +67,12 @@
 #define FORGE_APP_OP_MEAN 1
 #define FORGE_APP_OP_FULLY_CONNECTED 1
 #endif
+
+inline ForgeControllerSettings ForgeControllerDefaults() {
+  ForgeControllerSettings s;
+  forge_controller_default_settings(&s);
+  return s;
+}
 
 enum ForgeAppTrace {
   FORGE_APP_TRACE_NONE = 0,   // logits only (timing runs)
@@ -88,11 +94,11 @@ struct ForgeAppConfig {
   void* read_image_user = nullptr;
   size_t num_images = 0;
   bool adapt = true;  // false: FORGE frozen at the clean targets ("source")
-  // The gate (forge_gate.h: `forge_tflm eval --methods=forge-gated` at batch 1):
-  // while probing, each image runs twice (source mode, then adapt); num_classes
-  // and the output quantization are filled in from the model. Needs `adapt`.
+  // The gate (forge_controller.h, the code `forge_tflm eval --methods=forge-gated`
+  // runs): while probing, each image runs twice (source mode, then adapt); the
+  // classes and output quantization come from the model. Needs `adapt`.
   bool gate = false;
-  ForgeGateConfig gate_config;
+  ForgeControllerSettings gate_settings = ForgeControllerDefaults();
   int trace = FORGE_APP_TRACE_FORGE;
   bool print_logits = true;
   // Debugging: print the whole int8 output of op `dump_op` at image

@@ -39,17 +39,7 @@ int main(int argc, char** argv) {
     if (strcmp(argv[i], "--trace=all") == 0) config.trace = FORGE_APP_TRACE_ALL;
     if (strcmp(argv[i], "--gate") == 0) {
       config.gate = true;
-      config.gate_config.probe_images = FORGE_APP_GATE_PROBE_IMAGES;
-      config.gate_config.period = FORGE_APP_GATE_PERIOD;
-      config.gate_config.delta = FORGE_APP_GATE_DELTA;
-      config.gate_config.max_autocorrelation = FORGE_APP_GATE_MAX_AUTOCORRELATION;
-      config.gate_config.concealed_veto = FORGE_APP_GATE_CONCEALED_VETO;
-      config.gate_config.keep_state = FORGE_APP_GATE_KEEP_STATE;
-      config.gate_config.inert_score = FORGE_APP_GATE_INERT_SCORE;
-      config.gate_config.early_images = FORGE_APP_GATE_EARLY_IMAGES;
-      config.gate_config.early_delta = FORGE_APP_GATE_EARLY_DELTA;
-      config.gate_config.early_max_autocorrelation =
-          FORGE_APP_GATE_EARLY_MAX_AUTOCORRELATION;
+      FORGE_CONTROLLER_SETTINGS_FROM_DEFINES(config.gate_settings);
     }
   }
   ForgeAppPlatform platform = {ClockNs, 1000000000ull, WriteLine, nullptr, nullptr};

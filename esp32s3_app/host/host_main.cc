@@ -4,11 +4,10 @@
 //
 //   forge_app_host MODEL.tflite IMAGES.bin [--images=N] [--trace=none|forge|all]
 //                  [--frozen] [--arena=BYTES] [--no_logits] [--dump=OP:IMAGE]
-//                  [--gate] [--gate_probe=N] [--gate_period=N] [--gate_delta=F]
-//                  [--gate_max_autocorrelation=F] [--gate_concealed_veto]
-//                  [--gate_keep_state]
-//                  [--gate_inert_score=F] [--gate_early_images=N]
-//                  [--gate_early_delta=F] [--gate_early_max_autocorrelation=F]
+//                  [--gate] [--gate_<setting>=V ...]
+//
+// --gate_<setting>=V: any setting of forge_controller_settings.h (booleans 0|1;
+// forge_tflm.evaluation.gate.host_arguments writes them all).
 //
 // IMAGES.bin: N * input_bytes int8 values, image after image (the model's
 // quantized input, e.g. from forge_tflm.deploy.write_image_stream). Without
@@ -55,17 +54,42 @@ bool ReadImage(void* user, size_t index, int8_t* dst, size_t n) {
   return true;
 }
 
+// --gate_<name>=V for one setting of forge_controller_settings.h.
+bool ParseValue(const char* text, uint32_t* out) {
+  char* end = nullptr;
+  const unsigned long v = strtoul(text, &end, 10);
+  *out = static_cast<uint32_t>(v);
+  return *text != '\0' && *end == '\0' && v <= UINT32_MAX;
+}
+
+bool ParseValue(const char* text, double* out) {
+  char* end = nullptr;
+  *out = strtod(text, &end);
+  return *text != '\0' && *end == '\0';
+}
+
+bool ParseValue(const char* text, bool* out) {
+  *out = strcmp(text, "1") == 0;
+  return *out || strcmp(text, "0") == 0;
+}
+
+bool ParseGateSetting(const char* arg, ForgeControllerSettings* s) {
+#define FORGE_CONTROLLER_PARSE(type, name, macro, value, help)                     \
+  if (strncmp(arg, "--gate_" #name "=", sizeof("--gate_" #name "=") - 1) == 0) { \
+    return ParseValue(arg + sizeof("--gate_" #name "=") - 1, &s->name);          \
+  }
+  FORGE_CONTROLLER_SETTINGS(FORGE_CONTROLLER_PARSE)
+#undef FORGE_CONTROLLER_PARSE
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: %s MODEL.tflite IMAGES.bin [--images=N] [--trace=none|forge|all]"
                     " [--frozen] [--arena=BYTES] [--no_logits] [--dump=OP:IMAGE] [--gate]"
-                    " [--gate_probe=N] [--gate_period=N] [--gate_delta=F]"
-                    " [--gate_max_autocorrelation=F] [--gate_concealed_veto]"
-                    " [--gate_keep_state]"
-                    " [--gate_inert_score=F] [--gate_early_images=N]"
-                    " [--gate_early_delta=F] [--gate_early_max_autocorrelation=F]\n",
+                    " [--gate_<setting>=V ...]\n",
             argv[0]);
     return 2;
   }
@@ -86,26 +110,7 @@ int main(int argc, char** argv) {
       config.adapt = false;
     } else if (strcmp(a, "--gate") == 0) {
       config.gate = true;
-    } else if (strncmp(a, "--gate_probe=", 13) == 0) {
-      config.gate_config.probe_images = static_cast<uint32_t>(atol(a + 13));
-    } else if (strncmp(a, "--gate_period=", 14) == 0) {
-      config.gate_config.period = static_cast<uint32_t>(atol(a + 14));
-    } else if (strncmp(a, "--gate_delta=", 13) == 0) {
-      config.gate_config.delta = atof(a + 13);
-    } else if (strncmp(a, "--gate_max_autocorrelation=", 27) == 0) {
-      config.gate_config.max_autocorrelation = atof(a + 27);
-    } else if (strcmp(a, "--gate_concealed_veto") == 0) {
-      config.gate_config.concealed_veto = true;
-    } else if (strcmp(a, "--gate_keep_state") == 0) {
-      config.gate_config.keep_state = true;
-    } else if (strncmp(a, "--gate_inert_score=", 19) == 0) {
-      config.gate_config.inert_score = atof(a + 19);
-    } else if (strncmp(a, "--gate_early_images=", 20) == 0) {
-      config.gate_config.early_images = static_cast<uint32_t>(atol(a + 20));
-    } else if (strncmp(a, "--gate_early_delta=", 19) == 0) {
-      config.gate_config.early_delta = atof(a + 19);
-    } else if (strncmp(a, "--gate_early_max_autocorrelation=", 33) == 0) {
-      config.gate_config.early_max_autocorrelation = atof(a + 33);
+    } else if (ParseGateSetting(a, &config.gate_settings)) {  // --gate_<setting>=V
     } else if (strncmp(a, "--arena=", 8) == 0) {
       arena_bytes = static_cast<size_t>(atol(a + 8));
     } else if (strncmp(a, "--dump=", 7) == 0) {  // --dump=OP:IMAGE

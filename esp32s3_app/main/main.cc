@@ -20,19 +20,9 @@ extern "C" void app_main(void) {
   config.adapt = false;
 #endif
 #ifdef CONFIG_FORGE_APP_GATE
-  // The gate as evaluated: its settings come from export-firmware (gate.py).
+  // The gate as evaluated: export-firmware wrote its settings (FORGE_APP_GATE_*).
   config.gate = true;
-  config.gate_config.probe_images = FORGE_APP_GATE_PROBE_IMAGES;
-  config.gate_config.period = FORGE_APP_GATE_PERIOD;
-  config.gate_config.delta = FORGE_APP_GATE_DELTA;
-  config.gate_config.max_autocorrelation = FORGE_APP_GATE_MAX_AUTOCORRELATION;
-  config.gate_config.concealed_veto = FORGE_APP_GATE_CONCEALED_VETO;
-  config.gate_config.keep_state = FORGE_APP_GATE_KEEP_STATE;
-  config.gate_config.inert_score = FORGE_APP_GATE_INERT_SCORE;
-  config.gate_config.early_images = FORGE_APP_GATE_EARLY_IMAGES;
-  config.gate_config.early_delta = FORGE_APP_GATE_EARLY_DELTA;
-  config.gate_config.early_max_autocorrelation =
-      FORGE_APP_GATE_EARLY_MAX_AUTOCORRELATION;
+  FORGE_CONTROLLER_SETTINGS_FROM_DEFINES(config.gate_settings);
 #endif
 #if defined(CONFIG_FORGE_APP_TRACE_NONE)
   config.trace = FORGE_APP_TRACE_NONE;

@@ -17,7 +17,7 @@ import os
 from absl import flags
 
 from forge_tflm.evaluation import field_streams
-from forge_tflm.evaluation.gate import SIGNALS, GateConfig
+from forge_tflm.evaluation.gate import USER_SETTINGS, GateConfig
 from forge_tflm.evaluation.protocol import ALL_METHODS
 from forge_tflm.cli.recalib_flags import define_recalib_flags, recalib_flag_values
 from forge_tflm.cli.sweep_flags import define_sweep_flags, executor_from_flags
@@ -79,47 +79,7 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
                     "reference = device numerics (BUILTIN_REF); optimized = fast.",
                     flag_values=fv)
   define_recalib_flags(fv, prefix="Override the artifact's FORGE option: ")
-  flags.DEFINE_enum("gate_signal", GateConfig.signal, SIGNALS,
-                    "Gate score over the probe: diversity_gain = entropy of the mean"
-                    " prediction, adapting minus source (does adapting undo the"
-                    " source's class collapse?); confidence_gain = adapting minus"
-                    " source mean top-1 confidence; confidence_drop = clean reference"
-                    " minus source confidence (is the stream shifted?).",
-                    flag_values=fv)
-  flags.DEFINE_integer("gate_warmup", None, "Gate: batches probed with both paths"
-                       " (default: 256 images' worth for diversity_gain, 1280 for"
-                       " confidence_gain, 640 for confidence_drop).", flag_values=fv)
-  flags.DEFINE_float("gate_delta", None, "Gate: keep adapting iff the probe's score"
-                     " exceeds this (default: 0.03 nats for diversity_gain, 0 for"
-                     " confidence_gain, 0.05 for confidence_drop).", flag_values=fv)
-  flags.DEFINE_integer("gate_period", None, "Gate without stream boundaries: probe"
-                       " again every N images (from one probe's start to the next) and"
-                       " decide again; unset: decide once per stream.", flag_values=fv)
-  flags.DEFINE_float("gate_max_autocorrelation", GateConfig.max_autocorrelation,
-                     "Gate: stay with the source while the probe's source predictions"
-                     " are label-correlated (lag-1 autocorrelation of the softmax"
-                     " vectors above this; 0 for i.i.d. labels, near 1 when neighbours"
-                     " share a class; on class-balanced models only where the"
-                     " adapting path's predictions are not label-correlated too);"
-                     " >= 1 turns the veto off.", flag_values=fv)
-  flags.DEFINE_float("gate_inert_score", GateConfig.inert_score,
-                     "Gate, class-balanced models: after an off decision whose probe"
-                     " scored within this of 0 (the adapting path changed nothing), feed"
-                     " the source's outputs to the guard's detector until the next probe"
-                     " (SPEC \"Observe\"); 0: never.", flag_values=fv)
-  flags.DEFINE_integer("gate_early_images", None, "Gate: from this many probed images"
-                       " on, a probe whose running score already exceeds"
-                       " --gate_early_delta and that does not look label-correlated"
-                       " decides \"on\" without waiting for its end (\"off\" always takes the whole probe); default:"
-                       " 128 images for diversity_gain on class-balanced models at"
-                       " --batch_size=1, otherwise never; 0: never.",
-                       flag_values=fv)
-  flags.DEFINE_float("gate_early_delta", None, "Gate: the early \"on\" decision's"
-                     " margin (default: 0.1 nats for diversity_gain, at least"
-                     " --gate_delta).", flag_values=fv)
-  flags.DEFINE_float("gate_reference", None, "confidence_drop: the source's mean"
-                     " top-1 confidence on clean held-out data (default: measured on"
-                     " the clean split of generated corruptions).", flag_values=fv)
+  define_gate_flags(fv)
   flags.DEFINE_string("output_dir", None, "Where results.* go; each finished stream's"
                       " results go to <output_dir>/streams/ as soon as it is done.",
                       flag_values=fv, required=True)
@@ -138,6 +98,24 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
 def _flag_error(flag: str, value, why: str) -> ValueError:
   shown = ",".join(value) if isinstance(value, list) else value
   return ValueError(f"--{flag}={shown}: {why}")
+
+
+def define_gate_flags(fv: flags.FlagValues) -> None:
+  """--gate_<name> for each user setting of the controller (forge_controller_settings.h);
+  unset: the default the model and batch size derive (gate.settings)."""
+  for s in USER_SETTINGS:
+    define = flags.DEFINE_float if s.kind == "f64" else flags.DEFINE_integer
+    define(f"gate_{s.name}", None, f"Gate: {s.help} (default: {s.default:g}, or derived:"
+           " docs/design/field-robustness.md).", flag_values=fv)
+
+
+def _gate_flags_given(fv: flags.FlagValues) -> list[str]:
+  return [f"--gate_{s.name}={fv[f'gate_{s.name}'].value}" for s in USER_SETTINGS
+          if fv[f"gate_{s.name}"].value is not None]
+
+
+def gate_config(fv: flags.FlagValues) -> GateConfig:
+  return GateConfig(**{s.name: fv[f"gate_{s.name}"].value for s in USER_SETTINGS})
 
 
 def _check_flags(fv: flags.FlagValues) -> list[str]:
@@ -203,30 +181,10 @@ def _check_flags(fv: flags.FlagValues) -> list[str]:
     raise ValueError("--include_clean needs --corrupted_from=generated (the clean split"
                      " is the stream the corruptions are generated from)")
 
-  if fv.gate_warmup is not None and fv.gate_warmup < 1:
-    raise _flag_error("gate_warmup", fv.gate_warmup, "must be >= 1 batch")
-  if fv.gate_period is not None and fv.gate_period < 1:
-    raise _flag_error("gate_period", fv.gate_period, "must be >= 1 image")
-  if not math.isfinite(fv.gate_max_autocorrelation):
-    raise _flag_error("gate_max_autocorrelation", fv.gate_max_autocorrelation,
-                      "must be a finite number")
-  if not fv.gate_inert_score >= 0.0:
-    raise _flag_error("gate_inert_score", fv.gate_inert_score, "must be >= 0")
-  if fv.gate_delta is not None and not math.isfinite(fv.gate_delta):
-    raise _flag_error("gate_delta", fv.gate_delta, "must be a finite number")
-  if fv.gate_early_images is not None and fv.gate_early_images < 0:
-    raise _flag_error("gate_early_images", fv.gate_early_images,
-                      "must be >= 0 images (0: never decide early)")
-  if fv.gate_early_delta is not None and not math.isfinite(fv.gate_early_delta):
-    raise _flag_error("gate_early_delta", fv.gate_early_delta, "must be a finite number")
-  if fv.gate_reference is not None and not 0.0 < fv.gate_reference <= 1.0:
-    raise _flag_error("gate_reference", fv.gate_reference, "is a mean softmax confidence"
-                      " in (0, 1]")
-  if ("forge-gated" in methods and fv.gate_signal == "confidence_drop"
-      and fv.gate_reference is None and fv.corrupted_from != "generated"):
-    raise ValueError("the confidence_drop gate needs the source's mean confidence on"
-                     " clean data: pass --gate_reference, or evaluate generated"
-                     " corruptions (their clean split gives it)")
+  try:
+    gate_config(fv)
+  except ValueError as e:
+    raise ValueError(f"{' '.join(_gate_flags_given(fv))}: {e}") from None
   overrides = recalib_flag_values(fv)
   if overrides:
     from forge_tflm.ops import RecalibOptions
@@ -295,13 +253,7 @@ def run(fv: flags.FlagValues, command: str) -> int:
   config = EvalConfig(
       methods=tuple(fv.methods), batch_size=fv.batch_size, orderings=fv.orderings,
       ordering_seed=fv.seed, kernels=fv.kernels,
-      gate=GateConfig(warmup_batches=fv.gate_warmup, delta=fv.gate_delta,
-                      signal=fv.gate_signal, reference=fv.gate_reference,
-                      period=fv.gate_period,
-                      max_autocorrelation=fv.gate_max_autocorrelation,
-                      inert_score=fv.gate_inert_score,
-                      early_images=fv.gate_early_images,
-                      early_delta=fv.gate_early_delta),
+      gate=gate_config(fv),
       option_overrides=recalib_flag_values(fv))
   if fv.keras_model:  # Loaded for the float methods; keep TensorFlow's import quiet.
     from forge_tflm.quiet import import_quietly
@@ -350,7 +302,6 @@ def run(fv: flags.FlagValues, command: str) -> int:
   doc = run_evaluation(config, streams, artifact_path=fv.artifact,
                        keras_path=fv.keras_model, output_dir=fv.output_dir,
                        command=command, data_description=description,
-                       clean_images=None if clean is None else clean.images,
                        resume=fv.resume, executor=executor_from_flags(fv))
   from forge_tflm.evaluation.report import to_markdown
   print(to_markdown(doc["results"], doc["gate"], doc.get("gate_periodic")))

@@ -207,7 +207,7 @@ class ExpectedGated:
 
 def expected_gated(artifact, inputs_int8: np.ndarray, gate, *,
                    kernels: str = "reference") -> ExpectedGated:
-  """What a device running the gate (esp32s3_app/core/forge_gate.h, `config.gate`)
+  """What a device running the gate (esp32s3_app/core/forge_controller.h, `config.gate`)
   must print: the evaluator's `forge-gated` method at batch 1 over `inputs_int8`
   (quantized model input), `gate` a forge_tflm.evaluation.gate.GateConfig."""
   from forge_tflm.evaluation.gate import GatedForge
@@ -230,7 +230,7 @@ def expected_gated(artifact, inputs_int8: np.ndarray, gate, *,
     last.clear()
     gated.predict(x[n:n + 1])
     path = ("adapt" if adapting else "source") if probing else (
-        "adapt" if adapting else gated.config.off_mode)
+        "adapt" if adapting else gated.off_mode)
     paths.append(path)
     logits.append(last[path].reshape(-1))
     if len(gated.decisions) > len(decisions):

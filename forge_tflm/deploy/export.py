@@ -36,7 +36,7 @@ import numpy as np
 from forge_tflm.deploy.arena import arena_bytes as estimate_arena_bytes
 from forge_tflm import tflite_graph as tg
 from forge_tflm.deploy.expected import expected_gated, expected_outputs, model_ops
-from forge_tflm.evaluation.gate import device_defines, for_model
+from forge_tflm.evaluation.gate import device_defines
 from forge_tflm.deploy.streams import (corrupted_stream, model_input, write_c_arrays,
                                        write_image_stream)
 from forge_tflm.fileio import check_output_dir, current_umask, load_json
@@ -80,7 +80,8 @@ def export_firmware(artifact_path: str, out_dir: str = DEFAULT_OUT, *, data_dir=
     raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
   check_export_dir(out_dir)  # Before the slow work: loading, the stream, the evaluator.
   artifact = Artifact.load(artifact_path, require_manifest=True)
-  gate = for_model(device_gate(gate), artifact.manifest.class_balanced)
+  gate = device_gate(gate)
+  defines = device_defines(gate, artifact.manifest.class_balanced)
   stream = corrupted_stream(data_dir, corruption, severity, limit=images, seed=seed,
                             ordering_index=ordering_index, dataset=dataset,
                             cache_dir=cache_dir)
@@ -116,11 +117,11 @@ def export_firmware(artifact_path: str, out_dir: str = DEFAULT_OUT, *, data_dir=
       } for n in range(len(x))],
   }
   if mode == "gated":
-    doc["gate"] = {"defines": device_defines(gate), "decisions": exp.decisions}
+    doc["gate"] = {"defines": defines, "decisions": exp.decisions}
 
   def write(staging: str) -> None:
     write_c_arrays(staging, artifact.model, x, labels, command=command, arena_bytes=arena,
-                   defines=device_defines(gate))
+                   defines=defines)
     write_image_stream(os.path.join(staging, "images.bin"), x)
     with open(os.path.join(staging, EXPECTED_FILE), "w") as f:
       json.dump(doc, f)

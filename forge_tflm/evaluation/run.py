@@ -13,6 +13,7 @@ from absl import logging
 from forge_tflm.artifact import Artifact, InputContract
 from forge_tflm.evaluation import checks, report
 from forge_tflm.evaluation import resume as resume_store
+from forge_tflm.evaluation.gate import settings as gate_settings
 from forge_tflm.fileio import file_sha256
 from forge_tflm.evaluation.protocol import (FP32_NAMES, INT8_NAMES, EvalConfig,
                                             build_methods, evaluate_stream,
@@ -23,11 +24,8 @@ from forge_tflm.evaluation.protocol import (FP32_NAMES, INT8_NAMES, EvalConfig,
 def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | None,
                    keras_path: str | None, output_dir: str | None, command: str,
                    data_description: str, show_progress: bool = True,
-                   clean_images=None, resume: bool = False, executor=None) -> dict:
+                   resume: bool = False, executor=None) -> dict:
   """Evaluates, writes results.{json,csv,md,png} to output_dir; returns the JSON doc.
-
-  clean_images (uint8, uncorrupted, unlabeled) give the confidence_drop gate its
-  reference when the config does not set one.
 
   With output_dir, each finished stream's results are saved at once
   (forge_tflm.evaluation.resume), so an interrupted run keeps them; `resume`
@@ -49,6 +47,8 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
   needs_float = keras_path and any(m in FP32_NAMES for m in config.methods)
   if needs_float:
     meta["float_model"] = {"path": keras_path, "sha256": file_sha256(keras_path)}
+  balanced = bool(artifact is not None and artifact.manifest is not None
+                  and artifact.manifest.class_balanced)
   names = [s.name for s in streams]
   if len(set(names)) != len(names):
     raise ValueError(f"stream names repeat: {names}")
@@ -57,7 +57,7 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
   if output_dir:
     fingerprint = {"artifact_sha256": meta.get("artifact", {}).get("sha256"),
                    "float_model_sha256": meta.get("float_model", {}).get("sha256"),
-                   "config": _config_json(config), "data": data_description,
+                   "config": _config_json(config, balanced), "data": data_description,
                    "streams": [{"name": s.name, "images": int(len(s.labels)),
                                 "sha256": resume_store.stream_digest(s),
                                 "order": s.spec} for s in streams]}
@@ -66,9 +66,7 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
   if needs_float:
     float_model = _load_keras(keras_path)
   contract = artifact.input_contract if artifact else InputContract()
-  if "forge-gated" in config.methods and config.gate.needs_reference:
-    config = _with_gate_reference(config, artifact, contract, clean_images)
-  meta["config"] = _config_json(config)
+  meta["config"] = _config_json(config, balanced)
   if store is not None:
     done = store.start(resume)
   todo = [s for s in streams if s.name not in done]
@@ -215,27 +213,9 @@ def _load_keras(path: str):
                      f" {first[:200]})") from e
 
 
-def _with_gate_reference(config: EvalConfig, artifact: Artifact | None, contract,
-                         clean_images) -> EvalConfig:
-  from forge_tflm.evaluation.gate import clean_reference
-  from forge_tflm.runtime.segmented import SegmentedModel
-
-  if clean_images is None or artifact is None:
-    raise ValueError("the confidence_drop gate needs the source's mean confidence on"
-                     " clean data: pass --gate_reference, or evaluate generated"
-                     " corruptions (their clean split gives it)")
-  model = SegmentedModel.from_artifact(artifact, config.kernels)
-  reference = clean_reference(model, model.quantize_input(contract.to_float(clean_images)))
-  logging.info("gate reference: source mean top-1 confidence %.4f on %d clean images",
-               reference, len(clean_images))
-  return dataclasses.replace(config, gate=dataclasses.replace(config.gate,
-                                                              reference=reference))
-
-
-def _config_json(config: EvalConfig) -> dict:
+def _config_json(config: EvalConfig, class_balanced: bool) -> dict:
   d = dataclasses.asdict(config)
   d["methods"] = list(config.methods)
-  # The probe length as used (its default depends on the batch size).
-  d["gate"]["warmup_batches"] = config.gate.batches(config.batch_size)
-  d["gate"]["delta"] = config.gate.margin
+  # The gate's settings as used (derived from the batch size and the model).
+  d["gate"] = gate_settings(config.gate, config.batch_size, class_balanced)
   return d

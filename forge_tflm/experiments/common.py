@@ -193,13 +193,13 @@ def corrupted_streams(ctx: ExperimentContext, images: int | None = None, severit
 
 
 def evaluate(ctx: ExperimentContext, config, streams, artifact: str,
-             keras_model: str | None = None, clean_images=None) -> dict:
+             keras_model: str | None = None) -> dict:
   """forge_tflm eval's run on ctx's executor (no files): its JSON document."""
   from forge_tflm.evaluation.run import run_evaluation  # pylint: disable=import-outside-toplevel
 
   return run_evaluation(config, streams, artifact_path=artifact, keras_path=keras_model,
                         output_dir=None, command=ctx.command, data_description="",
-                        show_progress=ctx.progress, clean_images=clean_images,
+                        show_progress=ctx.progress,
                         executor=ctx.executor)
 
 

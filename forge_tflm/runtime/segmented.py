@@ -173,6 +173,7 @@ class SegmentedModel:
     self._graph_outputs = [int(t) for t in sg.outputs]
     self.input_quant = tg.per_tensor_quant(sg.tensors[sg.inputs[0]])
     self.output_quant = tg.per_tensor_quant(sg.tensors[sg.outputs[0]])
+    self.output_shape = tuple(sg.tensors[sg.outputs[0]].shape[1:])
     self.input_shape = tuple(sg.tensors[sg.inputs[0]].shape[1:])
     self.nodes: list[ForgeNode] = []
     self._steps: list[tuple[str, object]] = []

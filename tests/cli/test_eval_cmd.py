@@ -65,34 +65,6 @@ def test_eval_from_cifar_c_directory(setup, capsys, tmp_path):
   assert "severity 2" in doc["data"]
 
 
-def test_eval_drop_gate_measures_its_reference_on_the_clean_split(setup, capsys):
-  d, _, data_dir = setup
-  out = d / "eval_drop"
-  code = cli.main(["forge_tflm", "eval", f"--artifact={d / 'tiny.tflite'}",
-                   f"--data_dir={data_dir}", "--methods=source,forge-gated",
-                   "--gate_signal=confidence_drop", "--gate_warmup=2",
-                   "--corruptions=contrast", "--batch_size=4", f"--output_dir={out}"])
-  assert code == 0, capsys.readouterr().err
-  gate = json.loads((out / "results.json").read_text())["config"]["gate"]
-  assert gate["signal"] == "confidence_drop" and gate["delta"] == 0.05
-  assert 0.0 < gate["reference"] <= 1.0
-
-
-def test_eval_drop_gate_without_clean_data_needs_a_reference(setup, capsys, tmp_path):
-  d, _, _ = setup
-  cdir, _, _ = fixtures.write_cifar_c(str(tmp_path), n=8)
-  args = ["forge_tflm", "eval", f"--artifact={d / 'tiny.tflite'}",
-          "--corrupted_from=cifar_c", f"--cifar_c_dir={cdir}", "--corruptions=fog",
-          "--methods=forge-gated", "--gate_signal=confidence_drop", "--batch_size=4",
-          f"--output_dir={tmp_path / 'eval'}"]
-  assert cli.main(args) == 1
-  assert "--gate_reference" in capsys.readouterr().err
-  assert not (tmp_path / "eval").exists()
-  assert cli.main(args + ["--gate_reference=0.9"]) == 0, capsys.readouterr().err
-  doc = json.loads((tmp_path / "eval" / "results.json").read_text())
-  assert doc["config"]["gate"]["reference"] == 0.9
-
-
 def test_eval_prints_no_framework_logging(setup, tmp_path):
   """A fresh process, as a user runs it, with the float model too: no TensorFlow or
   LiteRT log lines (LiteRT's "Created TensorFlow Lite XNNPACK delegate" included)."""
@@ -145,14 +117,14 @@ def test_eval_gate_decisions_are_printed_and_saved(setup, capsys):
   out = d / "eval_gate"
   code = cli.main(["forge_tflm", "eval", f"--artifact={d / 'tiny.tflite'}",
                    f"--data_dir={data_dir}", "--methods=source,forge-gated",
-                   "--gate_warmup=1", "--corruptions=contrast", "--batch_size=4",
+                   "--gate_probe_images=4", "--corruptions=contrast", "--batch_size=4",
                    f"--output_dir={out}"])
   assert code == 0, capsys.readouterr().err
   assert "| contrast (gate: o" in capsys.readouterr().out
   periodic = d / "eval_gate_periodic"
   code = cli.main(["forge_tflm", "eval", f"--artifact={d / 'tiny.tflite'}",
                    f"--data_dir={data_dir}", "--methods=source,forge-gated",
-                   "--gate_warmup=1", "--gate_period=4", "--corruptions=contrast",
+                   "--gate_probe_images=4", "--gate_period=4", "--corruptions=contrast",
                    "--batch_size=4", f"--output_dir={periodic}"])
   assert code == 0, capsys.readouterr().err
   assert "| contrast (gate adapted: " in capsys.readouterr().out
@@ -176,7 +148,7 @@ def test_eval_results_do_not_depend_on_the_executor(setup, capsys, executor):
                      f"--data_dir={data_dir}", "--methods=source,forge,forge-gated",
                      "--corruptions=contrast,fog,snow", "--protocol=reset_each_shift",
                      "--label_order=dirichlet", "--dirichlet_alpha=0.1",
-                     "--batch_size=4", "--orderings=2", "--gate_warmup=1",
+                     "--batch_size=4", "--orderings=2", "--gate_probe_images=4",
                      f"--executor={kind}", "--workers=2", f"--output_dir={out}"])
     assert code == 0, capsys.readouterr().err
     docs[kind] = json.loads((out / "results.json").read_text())

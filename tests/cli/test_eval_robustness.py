@@ -90,13 +90,12 @@ def test_source_alone_runs_on_a_plain_model(setup, capsys, tmp_path):
     (["--methods="], "--methods=: no method given"),
     (["--methods=forge,magic"], "--methods=forge,magic: unknown method(s) magic"),
     (["--methods=source,bn-adapt"], "give --keras_model"),
-    (["--gate_warmup=0", "--methods=forge-gated"], "--gate_warmup=0: must be >= 1"),
-    (["--gate_reference=1.5"], "--gate_reference=1.5: is a mean softmax confidence"),
-    (["--gate_delta=nan"], "--gate_delta=nan: must be a finite number"),
-    (["--gate_inert_score=-1"], "--gate_inert_score=-1.0: must be >= 0"),
-    (["--gate_inert_score=nan"], "--gate_inert_score=nan: must be >= 0"),
-    (["--gate_early_images=-1"], "--gate_early_images=-1: must be >= 0 images"),
-    (["--gate_early_delta=inf"], "--gate_early_delta=inf: must be a finite number"),
+    (["--gate_probe_images=0"], "--gate_probe_images=0: gate probe_images must be >= 1"),
+    (["--gate_delta=nan"], "--gate_delta=nan: gate delta must be a finite number"),
+    (["--gate_inert_score=-1"], "--gate_inert_score=-1.0: gate inert_score must be >= 0"),
+    (["--gate_inert_score=nan"], "--gate_inert_score=nan: gate inert_score must be a finite"),
+    (["--gate_early_images=-1"], "--gate_early_images=-1: gate early_images must be a whole"),
+    (["--gate_early_delta=inf"], "--gate_early_delta=inf: gate early_delta must be a finite"),
     (["--gate_early_delta=0.01"], "gate early_delta (0.01) must be >= the probe's margin"),
     (["--momentum=0.1", "--window=8"], "--momentum=0.1 --window=8: set at most one"),
     (["--corrupted_from=cifar_c"], "--corrupted_from=cifar_c needs --cifar_c_dir"),
@@ -274,7 +273,7 @@ def test_killed_evaluation_resumes_to_the_uninterrupted_results(setup, capsys, t
   d, _, data_dir = setup
   args = ["eval", f"--artifact={d / 'tiny.tflite'}", f"--data_dir={data_dir}",
           "--methods=source,forge,forge-gated", "--corruptions=fog,contrast,snow",
-          "--batch_size=4", "--orderings=2", "--gate_warmup=1"]
+          "--batch_size=4", "--orderings=2", "--gate_probe_images=4"]
   assert cli.main(["forge_tflm"] + args + [f"--output_dir={tmp_path / 'whole'}"]) == 0
 
   out = tmp_path / "killed"

@@ -77,28 +77,3 @@ def test_write_c_arrays(tmp_path):
   assert "forge_app_num_images = 2;" in text and "forge_app_image_bytes = 6;" in text
   assert "-6, -5, -4" in text and "forge_app_labels[] = {3, 7};" in text
   assert "extern const int8_t forge_app_images[];" in open(header).read()
-
-
-def test_device_gate_defaults_are_the_evaluators():
-  """forge_gate.h's ForgeGateConfig defaults mirror GateConfig's at batch 1 (a build
-  that sets nothing runs the evaluated rule; export-firmware writes them anyway)."""
-  import os
-  import re
-
-  from forge_tflm.evaluation.gate import GateConfig, device_defines
-  from tests.conftest import REPO_ROOT
-
-  header = open(os.path.join(REPO_ROOT, "esp32s3_app", "core", "forge_gate.h")).read()
-  c = dict(re.findall(r"^\s+\w+ (\w+) = ([\w.]+);", header, re.M))
-  want = device_defines(GateConfig())
-  assert int(c["probe_images"]) == int(want["FORGE_APP_GATE_PROBE_IMAGES"])
-  assert float(c["delta"]) == float(want["FORGE_APP_GATE_DELTA"])
-  assert float(c["max_autocorrelation"]) == float(want["FORGE_APP_GATE_MAX_AUTOCORRELATION"])
-  assert c["concealed_veto"] == want["FORGE_APP_GATE_CONCEALED_VETO"] == "false"
-  assert c["keep_state"] == want["FORGE_APP_GATE_KEEP_STATE"] == "false"
-  assert float(c["inert_score"]) == float(want["FORGE_APP_GATE_INERT_SCORE"])
-  assert int(c["early_images"]) == int(want["FORGE_APP_GATE_EARLY_IMAGES"])
-  assert float(c["early_delta"]) == float(want["FORGE_APP_GATE_EARLY_DELTA"])
-  assert (float(c["early_max_autocorrelation"])
-          == float(want["FORGE_APP_GATE_EARLY_MAX_AUTOCORRELATION"]))
-  assert int(c["period"]) == 0 and GateConfig().period is None  # Decide once.

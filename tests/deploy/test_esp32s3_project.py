@@ -53,7 +53,7 @@ def _compiled_app_sources(make_args: list[str], goals: list[str]) -> set[str]:
 
 
 def test_core_sources_list_every_core_file():
-  on_disk = sorted(f for f in os.listdir(os.path.join(APP, "core")) if f.endswith(".cc"))
+  on_disk = sorted(f for f in os.listdir(os.path.join(APP, "core")) if f.endswith((".cc", ".c")))
   assert sorted(_core_sources()) == on_disk
 
 

@@ -318,17 +318,16 @@ def test_export_firmware_embedded_build_verifies_bit_exact(tmp_path, artifacts, 
   # The gate's settings travel in the header; the firmware's --gate runs them.
   from forge_tflm.deploy.export import device_gate, export_firmware
   from forge_tflm.artifact import Artifact
-  from forge_tflm.evaluation.gate import DEVICE_PERIOD, GateConfig, device_defines, for_model
+  from forge_tflm.evaluation.gate import DEVICE_PERIOD, GateConfig, device_defines
   assert device_gate().period == DEVICE_PERIOD
   manifest = Artifact.load(artifacts["forge_3"]).manifest
-  for name, value in device_defines(for_model(device_gate(),
-                                              manifest.class_balanced)).items():
+  for name, value in device_defines(device_gate(), manifest.class_balanced).items():
     assert f"#define {name} {value}\n" in header
   # Exported for the gate (a short probe and period, so that 6 images hold decisions):
   # the embedded build's --gate verifies against it, and the adapting log does not.
   gen_gate = tmp_path / "gen_gate"
   export_firmware(artifacts["forge_3"], str(gen_gate), data_dir=DATA_DIR, images=n,
-                  mode="gated", gate=GateConfig(warmup_batches=2, period=3))
+                  mode="gated", gate=GateConfig(probe_images=2, period=3))
   header = (gen_gate / "forge_app_data.h").read_text()
   assert "#define FORGE_APP_GATE_PROBE_IMAGES 2\n" in header
   assert "#define FORGE_APP_GATE_PERIOD 3\n" in header
@@ -394,7 +393,7 @@ def test_export_firmware_refuses_a_model_its_manifest_does_not_describe(tmp_path
 @pytest.mark.parametrize("early", [None, (4, 0.04)])
 def test_gated_app_matches_evaluator_forge_gated(artifacts, binaries, stream, tmp_path,
                                                  early):
-  """config.gate (esp32s3_app/core/forge_gate.h) is the evaluator's `forge-gated` at
+  """config.gate (esp32s3_app/core/forge_controller.h) is the evaluator's `forge-gated` at
   batch 1: the same path (source / adapt / frozen) and the same logits at every
   image, the same decisions at the same images, through several probes (short
   probe and period so that 200 images hold many): the shuffled stream without the
@@ -403,26 +402,24 @@ def test_gated_app_matches_evaluator_forge_gated(artifacts, binaries, stream, tm
   never within these probes), then with an early "on" after 4 images, which must
   end some probes early and leave others to their end."""
   from forge_tflm import deploy
-  from forge_tflm.evaluation.gate import GateConfig
+  from forge_tflm.evaluation.gate import GateConfig, host_arguments, settings
 
   name, target = "forge_all", "reference"
   path = artifacts[name]
   shuffled = deploy.model_input(path, stream.images)
   by_class = shuffled[np.argsort(stream.labels, kind="stable")]
-  early_config, early_flags = {}, []
+  early_config = {}
   if early is not None:
     early_config = {"early_images": early[0], "early_delta": early[1]}
-    early_flags = [f"--gate_early_images={early[0]}", f"--gate_early_delta={early[1]!r}"]
-  veto_flags = ["--gate_max_autocorrelation", "--gate_early_max_autocorrelation"]
   ends = []  # Images into its probe at which each decision came.
-  for x, veto in ((shuffled, 1e9), (by_class, GateConfig.max_autocorrelation)):
+  default_veto = settings(GateConfig(), 1, False)["max_autocorrelation"]
+  for x, veto in ((shuffled, 1e9), (by_class, default_veto)):
     images = deploy.write_image_stream(str(tmp_path / "images.bin"), x)
-    gate = GateConfig(warmup_batches=16, period=40, max_autocorrelation=veto,
-                      **early_config)
+    gate = GateConfig(probe_images=16, period=40, max_autocorrelation=veto,
+                      early_max_autocorrelation=veto, **early_config)
     exp = deploy.expected_gated(path, x, gate)
     r = subprocess.run([binaries[target], path, images, f"--images={N_IMAGES}",
-                        "--trace=none", "--gate", "--gate_probe=16", "--gate_period=40",
-                        ] + [f"{flag}={veto}" for flag in veto_flags] + early_flags,
+                        "--trace=none", "--gate"] + host_arguments(gate, False),
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     run = deploy.parse_app_output(r.stdout)
@@ -454,7 +451,7 @@ def test_gated_app_matches_evaluator_forge_gated(artifacts, binaries, stream, tm
 @pytest.mark.parametrize("inert_score, early", [(0.0, None), (1e300, None), (0.0, (4, 0.04))])
 def test_gated_class_balanced_app_keeps_state_like_the_evaluator(artifacts, binaries, stream,
                                                                 tmp_path, inert_score, early):
-  """A class-balanced model's gate (gate.for_model: the veto only where the adapting
+  """A class-balanced model's gate (gate.settings: the veto only where the adapting
   path's predictions are not label-correlated too, state kept through an off
   decision, source mode meanwhile; the source's outputs feed the guard's detector after
   an inert probe: never, or after every off decision) on the images sorted by class:
@@ -463,24 +460,20 @@ def test_gated_class_balanced_app_keeps_state_like_the_evaluator(artifacts, bina
   the condition, on the early decision, which a run of one class passes and a change
   of class does not."""
   from forge_tflm import deploy
-  from forge_tflm.evaluation.gate import GateConfig, for_model
+  from forge_tflm.evaluation.gate import GateConfig, host_arguments, settings
 
   path = artifacts["forge_classes"]
   x = deploy.model_input(path, stream.images)[np.argsort(stream.labels, kind="stable")]
-  early_config, early_flags = {}, []
+  early_config = {}
   if early is not None:
     early_config = {"early_images": early[0], "early_delta": early[1]}
-    early_flags = [f"--gate_early_images={early[0]}", f"--gate_early_delta={early[1]!r}"]
-  gate = GateConfig(warmup_batches=16, period=40, inert_score=inert_score, **early_config)
-  device = for_model(gate, True)
-  assert device.keep_state and device.concealed_veto
+  gate = GateConfig(probe_images=16, period=40, inert_score=inert_score, **early_config)
+  device = settings(gate, 1, True)
+  assert device["keep_state"] and device["concealed_veto"]
   exp = deploy.expected_gated(path, x, gate)
   images = deploy.write_image_stream(str(tmp_path / "images.bin"), x)
   r = subprocess.run([binaries["reference"], path, images, f"--images={N_IMAGES}",
-                      "--trace=none", "--gate", "--gate_probe=16", "--gate_period=40",
-                      f"--gate_max_autocorrelation={device.max_autocorrelation!r}",
-                      "--gate_concealed_veto", "--gate_keep_state",
-                      f"--gate_inert_score={inert_score!r}"] + early_flags,
+                      "--trace=none", "--gate"] + host_arguments(gate, True),
                      capture_output=True, text=True)
   assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
   run = deploy.parse_app_output(r.stdout)
@@ -493,7 +486,7 @@ def test_gated_class_balanced_app_keeps_state_like_the_evaluator(artifacts, bina
   np.testing.assert_array_equal(run.logits, exp.logits)
   np.testing.assert_array_equal(run.predictions, exp.predictions)
   # Sorted by class, some probes are label-correlated: the veto's condition is read.
-  assert any(d["autocorrelation"] > device.max_autocorrelation for d in exp.decisions)
+  assert any(d["autocorrelation"] > device["max_autocorrelation"] for d in exp.decisions)
   print(f"\nforge_classes gated, state kept: paths {exp.paths.count('adapt')} adapt, "
         f"{exp.paths.count('source')} source; decisions {[d['on'] for d in exp.decisions]}"
         f", autocorrelation source/adapted "

@@ -1,25 +1,42 @@
-"""Gate logic with a scripted model: probe both paths, then keep or revert."""
-
+"""The gate in the evaluator: the field controller's C code (forge_controller.c) driven
+batch by batch, with a scripted model. The scores are checked against numpy written
+here from the definitions (forge_controller.h), not against a second implementation."""
 
 import dataclasses
 
 import numpy as np
-
 import pytest
 
-from forge_tflm.evaluation.gate import (CONFIDENCE_DROP, CONFIDENCE_GAIN, DIVERSITY_GAIN,
-                                      SerialStats,
-                                      SIGNALS, GateConfig, GatedForge, ProbeStats,
-                                      clean_reference, entropy, for_model, top1_confidence)
+from forge_tflm.evaluation import _forge_controller as fc
+from forge_tflm.evaluation.gate import (SETTINGS, USER_SETTINGS, GateConfig, GatedForge,
+                                        device_defines, host_arguments, settings)
 
-GAIN = GateConfig(signal=CONFIDENCE_GAIN)
+SCALE = 1 / 16  # The scripted model's int8 output scale (zero point 0).
 
 
-def confident(c):
-  """Every image predicted as class 0 with top-1 confidence c (two classes)."""
+def quantize(logits):
+  return np.clip(np.round(np.asarray(logits) / SCALE), -128, 127).astype(np.int8)
+
+
+def probs(y):
+  z = y.astype(np.float32).astype(np.float64) * SCALE
+  z = np.exp(z - z.max(axis=1, keepdims=True))
+  return z / z.sum(axis=1, keepdims=True)
+
+
+def diversity_gain(source, adapted):
+  """H(mean p_adapted) - H(mean p_source) over int8 outputs [N, K]."""
+  def h(p):
+    p = p.mean(axis=0)
+    return -(p[p > 0] * np.log(p[p > 0])).sum()
+  return h(probs(adapted)) - h(probs(source))
+
+
+def confident(c, k=2):
+  """Every image predicted as class 0 with top-1 confidence about c."""
   def logits(x):
-    out = np.zeros((len(x), 2), np.float32)
-    out[:, 0] = np.log(c / (1 - c))
+    out = np.zeros((len(x), k))
+    out[:, 0] = np.log(c * (k - 1) / (1 - c))
     return out
   return logits
 
@@ -34,233 +51,54 @@ def spread(c):
   return logits
 
 
+def onehot(classes, k=3, sharp=4.0):
+  out = np.zeros((len(classes), k))
+  out[np.arange(len(classes)), classes] = sharp
+  return out
+
+
+def in_runs(x):  # Runs of 4 images over two classes: label-correlated, less diverse.
+  return onehot((np.arange(len(x)) // 4) % 2)
+
+
+def runs_of_three(x):  # The runs kept, over three classes.
+  return onehot((np.arange(len(x)) // 4) % 3)
+
+
+def diverse(x):  # No runs, three classes.
+  return onehot(np.arange(len(x)) % 3)
+
+
 class ScriptedModel:
-  """Stands in for SegmentedModel: logits depend on mode; records calls.
+  """Stands in for SegmentedModel: int8 outputs depend on the mode; records calls."""
 
-  A float for a path means `confident(that)`.
-  """
-
-  def __init__(self, adapt_confidence, frozen_confidence=0.5):
-    self.adapt = (confident(adapt_confidence) if isinstance(adapt_confidence, float)
-                  else adapt_confidence)
-    self.frozen = (confident(frozen_confidence) if isinstance(frozen_confidence, float)
-                   else frozen_confidence)
-    self.calls, self.resets = [], 0
-    self.class_balanced = False
-    self.observed = []  # Outputs passed to observe() (the guard's detector).
+  def __init__(self, adapt, source=confident(0.5), classes=2, class_balanced=False):
+    self.adapt = confident(adapt) if isinstance(adapt, float) else adapt
+    self.source = source
+    self.calls, self.resets, self.observed = [], 0, []
+    self.class_balanced = class_balanced
+    self.output_quant, self.output_shape = (SCALE, 0), (classes,)
 
   def reset(self):
     self.resets += 1
 
-  def get_state(self):
-    return None
-
-  def set_state(self, state):
-    pass
-
   def run(self, x, mode):
     self.calls.append(mode)
-    return (self.adapt if mode == "adapt" else self.frozen)(x)
+    return quantize((self.adapt if mode == "adapt" else self.source)(x))
 
   def dequantize_output(self, y):
-    return y
+    return y.astype(np.float32) * SCALE
 
   def observe(self, y):
     self.observed.append(y)
 
 
-def _stream(gated, batches=6, batch_size=4):
-  """Images alternating between the two classes (for `spread`), in batches."""
-  x = (np.arange(batches * batch_size) % 2).astype(np.int8)[:, None]
-  return [gated.predict(x[i:i + batch_size]) for i in range(0, len(x), batch_size)]
-
-
-def test_confidence():
-  np.testing.assert_allclose(top1_confidence(np.log([[0.2, 0.8]])), [0.8], rtol=1e-6)
-
-
-def test_gate_fires_when_adapting_is_more_confident():
-  model = ScriptedModel(adapt_confidence=0.9)
-  gated = GatedForge(model, GateConfig(warmup_batches=2, delta=0.1, signal=CONFIDENCE_GAIN))
-  assert model.resets == 1  # Construction starts a stream.
-  _stream(gated, 4)
-  assert gated.fired is True
-  # Probe: source then adapt per batch; afterwards adapt only.
-  assert model.calls == ["source", "adapt", "source", "adapt", "adapt", "adapt"]
-  assert model.resets == 1  # The source pass leaves the adapted state alone.
-  assert abs(gated.score - 0.4) < 1e-5
-
-
-def test_gate_reverts_to_source_when_gain_is_below_delta():
-  model = ScriptedModel(adapt_confidence=0.55)
-  gated = GatedForge(model, GateConfig(warmup_batches=3, delta=0.1, signal=CONFIDENCE_GAIN))
-  outs = _stream(gated, 5)
-  assert gated.fired is False
-  assert model.calls[-2:] == ["frozen", "frozen"]
-  assert model.resets == 1 + 1  # The revert to the clean targets.
-  # Probe predictions come from the frozen path.
-  np.testing.assert_allclose(top1_confidence(outs[0]), 0.5, rtol=1e-5)
-
-
-def test_reset_starts_a_new_decision():
-  model = ScriptedModel(adapt_confidence=0.9)
-  gated = GatedForge(model, GateConfig(warmup_batches=1, signal=CONFIDENCE_GAIN))
-  _stream(gated, 2)
-  assert gated.fired
-  gated.reset()
-  assert gated.fired is None and gated.batches_probed == 0 and np.isnan(gated.score)
-
-
-def test_probe_compares_against_the_source_not_the_adapted_state(tmp_path):
-  # On a real artifact: during the probe the gate's frozen logits are exactly
-  # the source's and its adapted logits exactly ungated FORGE's, batch by batch.
-  from forge_tflm.converter.options import ConvertOptions
-  from forge_tflm.ops import RecalibOptions
-  from forge_tflm.evaluation.int8_methods import Forge, Source
-  from forge_tflm.runtime.segmented import SegmentedModel
-  from tests.converter import tiny_models
-
-  tiny_models.convert_tiny(tmp_path, ConvertOptions(recalib=RecalibOptions(momentum=0.5)))
-  data = (tmp_path / "tiny.tflite").read_bytes()
-  gated = GatedForge(SegmentedModel(data), GateConfig(warmup_batches=4, delta=0.0,
-                                                      signal=CONFIDENCE_GAIN))
-  source, forge = Source(SegmentedModel(data)), Forge(SegmentedModel(data))
-  x = source.model.quantize_input(
-      (tiny_models.random_images(32, size=16, seed=3) * 0.3).astype(np.float32) / 255.0)
-  all_source, all_forge = [], []
-  for i in range(4):
-    batch = x[8 * i:8 * i + 8]
-    got = gated.predict(batch)
-    all_source.append(source.predict(batch))
-    all_forge.append(forge.predict(batch))
-    np.testing.assert_array_equal(got, all_source[-1])
-    gain = (top1_confidence(np.concatenate(all_forge)).mean() -
-            top1_confidence(np.concatenate(all_source)).mean())
-    assert abs(gated.score - gain) < 1e-6
-    if i < 3:  # Until the decision, the adapting path keeps its own state.
-      for a, b in zip(gated.model.get_state(), forge.model.get_state()):
-        np.testing.assert_array_equal(a, b)
-
-
-def test_default_probe_covers_the_same_images_at_any_batch_size():
-  assert GAIN.batches(64) == 20 and GAIN.batches(1) == 1280
-  assert GAIN.batches(100) == 13  # Rounded up: at least 1280 images.
-  assert GateConfig().batches(64) == 4 and GateConfig().batches(1) == 256
-  assert GateConfig(warmup_batches=7).batches(1) == 7
-  gated = GatedForge(ScriptedModel(adapt_confidence=0.9), GAIN, batch_size=1)
-  _stream(gated, 1279, batch_size=1)
-  assert gated.fired is None
-  _stream(gated, 1, batch_size=1)
-  assert gated.fired is True
-
-
-def test_diversity_gate_fires_when_adapting_undoes_a_class_collapse():
-  # The source piles every image onto class 0 (confidently); adapting spreads
-  # them over both classes, less confidently: the confidence gain says no.
-  for signal, want in ((DIVERSITY_GAIN, True), (CONFIDENCE_GAIN, False)):
-    model = ScriptedModel(adapt_confidence=spread(0.6), frozen_confidence=0.9)
-    gated = GatedForge(model, GateConfig(warmup_batches=2, signal=signal))
-    _stream(gated, 3)
-    assert gated.fired is want, signal
-  want_gain = np.log(2) - entropy(np.array([0.9, 0.1]))
-  assert abs(gated.probe.score(GateConfig()) - want_gain) < 1e-6
-
-
-def test_diversity_gate_stays_off_when_both_paths_are_equally_diverse():
-  # More confident, but no more diverse: the confidence gain would fire.
-  model = ScriptedModel(adapt_confidence=spread(0.9), frozen_confidence=spread(0.6))
-  gated = GatedForge(model, GateConfig(warmup_batches=2))
-  _stream(gated, 3)
-  assert gated.fired is False and abs(gated.score) < 1e-6
-  assert model.calls[-1] == "frozen"
-
-
-def test_probe_score_is_over_images_not_a_mean_of_per_batch_scores():
-  # At batch 1 a batch's diversity is one image's entropy, which says nothing
-  # about collapse; the probe pools its images, so batch 1 and batch 4 over the
-  # same images give the same score.
-  scores = []
-  for batch_size, batches in ((1, 8), (4, 2)):
-    model = ScriptedModel(adapt_confidence=spread(0.7), frozen_confidence=0.8)
-    gated = GatedForge(model, GateConfig(warmup_batches=batches))
-    _stream(gated, batches, batch_size=batch_size)
-    scores.append(gated.score)
-  want = np.log(2) - entropy(np.array([0.8, 0.2]))
-  np.testing.assert_allclose(scores, [want, want], rtol=1e-6)
-
-
-def test_probe_stats_add_up_and_round_trip():
-  rng = np.random.default_rng(0)
-  a, b = rng.normal(size=(5, 3)), rng.normal(size=(7, 3))
-  a2, b2 = rng.normal(size=(5, 3)), rng.normal(size=(7, 3))
-  pooled = ProbeStats.of_batch(np.concatenate([a, b]), np.concatenate([a2, b2]))
-  summed = ProbeStats() + ProbeStats.of_batch(a, a2) + ProbeStats.of_batch(b, b2)
-  back = ProbeStats.from_row(summed.to_row())
-  for signal in SIGNALS:
-    config = GateConfig(signal=signal, reference=0.9)
-    assert abs(pooled.score(config) - summed.score(config)) < 1e-12
-    assert abs(back.score(config) - summed.score(config)) < 1e-12
-  assert back.images == 12 and np.isnan(ProbeStats().score(GateConfig()))
-
-
-def test_drop_gate_fires_when_source_is_less_confident_than_on_clean_data():
-  # Source confidence 0.5 against a clean reference of 0.9: a shifted stream.
-  model = ScriptedModel(adapt_confidence=0.3)  # The adapting path's confidence is ignored.
-  gated = GatedForge(model, GateConfig(warmup_batches=2, signal=CONFIDENCE_DROP,
-                                       reference=0.9))
-  _stream(gated, 3)
-  assert gated.fired is True
-  assert abs(gated.score - 0.4) < 1e-5
-  assert model.calls == ["source", "adapt", "source", "adapt", "adapt"]
-
-
-def test_drop_gate_stays_off_near_the_clean_reference():
-  model = ScriptedModel(adapt_confidence=0.9)  # Would fire the gain gate.
-  gated = GatedForge(model, GateConfig(warmup_batches=2, signal=CONFIDENCE_DROP,
-                                       reference=0.52))
-  _stream(gated, 3)
-  assert gated.fired is False  # 0.02 < the default margin 0.05.
-  assert model.calls[-1] == "frozen"
-
-
-def test_gate_config_defaults_and_errors():
-  drop = GateConfig(signal=CONFIDENCE_DROP, reference=0.9)
-  assert drop.batches(64) == 10 and drop.batches(1) == 640 and drop.margin == 0.05
-  assert GateConfig().signal == DIVERSITY_GAIN and GateConfig().margin == 0.03
-  assert GAIN.margin == 0.0 and GateConfig(delta=-0.01).margin == -0.01
-  assert GateConfig(signal=CONFIDENCE_DROP).needs_reference
-  with pytest.raises(ValueError, match="needs the source's clean confidence"):
-    GatedForge(ScriptedModel(0.9), GateConfig(signal=CONFIDENCE_DROP))
-  with pytest.raises(ValueError, match="unknown gate signal"):
-    GateConfig(signal="entropy")
-  with pytest.raises(ValueError, match="in \\(0, 1\\]"):
-    GateConfig(signal=CONFIDENCE_DROP, reference=1.5)
-
-
-def test_clean_reference_is_the_sources_mean_confidence(tmp_path):
-  from forge_tflm.converter.options import ConvertOptions
-  from forge_tflm.ops import RecalibOptions
-  from forge_tflm.evaluation.int8_methods import Source
-  from forge_tflm.runtime.segmented import SegmentedModel
-  from tests.converter import tiny_models
-
-  tiny_models.convert_tiny(tmp_path, ConvertOptions(recalib=RecalibOptions(momentum=0.5)))
-  data = (tmp_path / "tiny.tflite").read_bytes()
-  source = Source(SegmentedModel(data))
-  x = source.model.quantize_input(
-      tiny_models.random_images(20, size=16, seed=4).astype(np.float32) / 255.0)
-  want = top1_confidence(source.predict(x)).mean()
-  model = SegmentedModel(data)
-  model.run(x[:8])  # Adapted state must not leak into the reference.
-  assert abs(clean_reference(model, x, batch_size=6) - want) < 1e-6
-
-
 class PhasedModel(ScriptedModel):
-  """The adapting path's confidence changes after `switch` adapt calls."""
+  """The adapting path changes after `switch` adapt calls."""
 
   def __init__(self, before, after, switch):
-    super().__init__(adapt_confidence=before)
-    self.after, self.switch, self.adapt_calls = confident(after), switch, 0
+    super().__init__(adapt=before)
+    self.after, self.switch, self.adapt_calls = after, switch, 0
 
   def run(self, x, mode):
     if mode == "adapt":
@@ -270,222 +108,252 @@ class PhasedModel(ScriptedModel):
     return super().run(x, mode)
 
 
-def test_periodic_gate_decides_again_and_turns_off_when_adapting_stops_helping():
-  # Batches of 4, a 1-batch probe every 8 images: probes at batches 0, 2, 4.
-  model = PhasedModel(before=0.9, after=0.55, switch=2)
-  gated = GatedForge(model, GateConfig(warmup_batches=1, delta=0.1, signal=CONFIDENCE_GAIN,
-                                       period=8), batch_size=4)
-  outs = _stream(gated, 6)
-  assert gated.decisions == [True, False, False]
-  assert gated.fired is False
-  # Batch 2 is a re-probe while on: both paths run and the adapted one predicts.
-  assert model.calls[3:5] == ["source", "adapt"]
-  np.testing.assert_allclose(top1_confidence(outs[1]), 0.9, rtol=1e-5)
-  np.testing.assert_allclose(top1_confidence(outs[2]), 0.55, rtol=1e-5)
-  # Off after batch 2: batches 3 and 5 are source only, batch 4 a probe again.
-  assert model.calls[5:] == ["frozen", "source", "adapt", "frozen"]
-  assert gated.adapted_fraction == pytest.approx(2 / 6)  # Batches 1 and 2.
+def _stream(gated, batches=6, batch_size=4):
+  """Images alternating between the two classes (for `spread`), in batches."""
+  x = (np.arange(batches * batch_size) % 2).astype(np.int8)[:, None]
+  return [gated.predict(x[i:i + batch_size]) for i in range(0, len(x), batch_size)]
 
 
-def test_periodic_gate_turns_on_when_a_later_probe_finds_a_gain():
-  model = PhasedModel(before=0.55, after=0.9, switch=1)
-  gated = GatedForge(model, GateConfig(warmup_batches=1, delta=0.1, signal=CONFIDENCE_GAIN,
-                                       period=8), batch_size=4)
+def test_adapting_that_undoes_a_class_collapse_turns_the_gate_on():
+  model = ScriptedModel(adapt=spread(0.6), source=confident(0.9))
+  gated = GatedForge(model, GateConfig(probe_images=8), batch_size=4)
+  assert model.resets == 1  # Construction starts a stream.
+  outs = _stream(gated, 4)
+  assert gated.fired is True and gated.decisions == [True]
+  # Probe: source then adapt per batch, the source predicting; then adapt only.
+  assert model.calls == ["source", "adapt"] * 2 + ["adapt"] * 2
+  np.testing.assert_array_equal(outs[0], model.dequantize_output(model.run(
+      np.zeros((4, 1), np.int8), "source")))
+  x = (np.arange(8) % 2).astype(np.int8)[:, None]
+  want = diversity_gain(quantize(confident(0.9)(x)), quantize(spread(0.6)(x)))
+  assert gated.last_score == pytest.approx(want, rel=1e-12) and want > 0.3
+
+
+def test_equally_diverse_paths_turn_it_off_and_reset_a_label_blind_model():
+  # More confident, no more diverse: off; the label-blind model goes back to its targets.
+  model = ScriptedModel(adapt=spread(0.9), source=spread(0.6))
+  gated = GatedForge(model, GateConfig(probe_images=8), batch_size=4)
   _stream(gated, 4)
-  assert gated.decisions == [False, True]
-  assert model.calls[-1] == "adapt"
+  assert gated.fired is False and abs(gated.last_score) < 1e-6
+  assert model.calls[-2:] == ["frozen", "frozen"] and model.resets == 2
+  assert gated.off_mode == "frozen" and gated.adapted_fraction == 0.0
 
 
-def test_without_period_the_gate_decides_once():
-  model = PhasedModel(before=0.9, after=0.55, switch=2)
-  gated = GatedForge(model, GateConfig(warmup_batches=1, delta=0.1, signal=CONFIDENCE_GAIN))
+def test_reset_starts_a_new_decision():
+  gated = GatedForge(ScriptedModel(adapt=spread(0.6), source=confident(0.9)),
+                     GateConfig(probe_images=4), batch_size=4)
+  _stream(gated, 2)
+  assert gated.fired
+  gated.reset()
+  assert gated.fired is None and gated.probing and gated.decisions == []
+
+
+def test_the_probe_ends_at_the_first_batch_that_completes_it():
+  # 256 images by default: 4 batches of 64, 3 batches of 100, 256 of 1.
+  for batch_size, batches in ((64, 4), (100, 3), (1, 256)):
+    gated = GatedForge(ScriptedModel(adapt=spread(0.6), source=confident(0.9)),
+                       batch_size=batch_size)
+    _stream(gated, batches - 1, batch_size)
+    assert gated.decisions == [], batch_size
+    _stream(gated, 1, batch_size)
+    assert gated.decisions == [True], batch_size
+
+
+def test_the_score_pools_images_whatever_the_batch_size():
+  scores = []
+  for batch_size, batches in ((1, 8), (4, 2), (8, 1)):
+    gated = GatedForge(ScriptedModel(adapt=spread(0.7), source=confident(0.8)),
+                       GateConfig(probe_images=8), batch_size=batch_size)
+    _stream(gated, batches, batch_size)
+    scores.append(gated.last_score)
+  assert scores[0] == pytest.approx(scores[1], rel=1e-12) == pytest.approx(scores[2])
+
+
+def test_a_periodic_gate_decides_again_and_turns_off_when_adapting_stops_helping():
+  # Batches of 4, a 4-image probe every 8 images: probes at batches 0, 2, 4.
+  model = PhasedModel(before=spread(0.6), after=confident(0.9), switch=2)
+  model.source = confident(0.9)
+  gated = GatedForge(model, GateConfig(probe_images=4, period=8), batch_size=4)
+  outs = _stream(gated, 6)
+  assert gated.decisions == [True, False, False] and gated.fired is False
+  # Batch 2 re-probes while on: both paths run and the adapted one predicts.
+  assert model.calls[3:5] == ["source", "adapt"]
+  assert outs[1].argmax(1).tolist() == [0, 1, 0, 1]
+  # Off after batch 2: batches 3 and 5 frozen, batch 4 a probe again.
+  assert model.calls[5:] == ["frozen", "source", "adapt", "frozen"]
+  assert gated.adapted_fraction == pytest.approx(2 / 6)
+
+
+def test_a_periodic_gate_turns_on_when_a_later_probe_finds_a_gain():
+  model = PhasedModel(before=confident(0.9), after=spread(0.6), switch=1)
+  model.source = confident(0.9)
+  gated = GatedForge(model, GateConfig(probe_images=4, period=8), batch_size=4)
+  _stream(gated, 4)
+  assert gated.decisions == [False, True] and model.calls[-1] == "adapt"
+
+
+def test_without_a_period_the_gate_decides_once():
+  model = PhasedModel(before=spread(0.6), after=confident(0.9), switch=2)
+  model.source = confident(0.9)
+  gated = GatedForge(model, GateConfig(probe_images=4), batch_size=4)
   _stream(gated, 6)
   assert gated.decisions == [True] and gated.fired
 
 
-def test_gate_period_must_be_positive():
-  with pytest.raises(ValueError, match="period"):
-    GateConfig(period=0)
-
-
-def _onehot_logits(classes, k=10, sharp=4.0):
-  out = np.zeros((len(classes), k))
-  out[np.arange(len(classes)), classes] = sharp
-  return out
-
-
-def test_serial_stats_separate_iid_from_label_correlated_predictions():
-  rng = np.random.default_rng(0)
-  iid = SerialStats()
-  iid.add(_onehot_logits(rng.integers(0, 10, 256)))
-  assert abs(iid.autocorrelation()) < 0.2
-  runs = SerialStats()  # A class for 32 images at a time, as a fixed camera sees.
-  runs.add(_onehot_logits(np.repeat(rng.permutation(10)[:8], 32)))
-  assert runs.autocorrelation() > 0.9
-
-
-def test_serial_stats_do_not_depend_on_the_batch_size():
-  logits = _onehot_logits(np.random.default_rng(1).integers(0, 10, 64)) + \
-      np.random.default_rng(2).normal(size=(64, 10))
-  whole, one_by_one = SerialStats(), SerialStats()
-  whole.add(logits)
-  for row in logits:
-    one_by_one.add(row[None])
-  assert whole.pairs == one_by_one.pairs == 63
-  assert one_by_one.autocorrelation() == pytest.approx(whole.autocorrelation(), rel=1e-12)
-
-
-def test_serial_stats_of_identical_predictions_carry_no_evidence():
-  collapsed = SerialStats()  # A collapsed source: every image the same soft vector.
-  collapsed.add(np.tile([[3.0, 1.0, 0.0]], (100, 1)))
-  assert collapsed.autocorrelation() == 0.0
-  assert SerialStats().autocorrelation() == 0.0
-
-
-def test_gate_stays_with_the_source_on_label_correlated_probes():
-  def in_runs(x):  # Source predictions in runs of 4 equal classes: correlated.
-    return _onehot_logits((np.arange(len(x)) // 4) % 2, k=3)  # And less diverse.
-  def diverse(x):
-    return _onehot_logits(np.arange(len(x)) % 3, k=3)
-  for veto, fires in ((0.3, False), (None, True)):
-    model = ScriptedModel(adapt_confidence=diverse, frozen_confidence=in_runs)
-    gated = GatedForge(model, GateConfig(warmup_batches=1, max_autocorrelation=veto),
-                       batch_size=24)
-    gated.predict(np.zeros((24, 1), np.int8))
-    assert gated.fired is fires
-    assert gated.autocorrelation > 0.5
-  with pytest.raises(ValueError, match="max_autocorrelation"):
-    GateConfig(max_autocorrelation=float("nan"))
-
-
-def test_a_class_balanced_gate_vetoes_only_where_adapting_conceals_the_correlation():
-  # The class-balanced statistics are the label defence: while the adapting path's
-  # predictions keep the runs the source shows, the defence is acting and the veto
-  # would forfeit the streams it recovers. Where they do not (the guard never flagged
-  # and the label-blind statistics normalized the runs away, which the score takes for
-  # "adapting undoes a collapse"), the veto holds.
-  def in_runs(x):  # Source: runs of 4 over two classes (correlated, less diverse).
-    return _onehot_logits((np.arange(len(x)) // 4) % 2, k=3)
-  def runs_of_three(x):  # Adapting path keeps the runs, over three classes.
-    return _onehot_logits((np.arange(len(x)) // 4) % 3, k=3)
-  def diverse(x):  # Adapting path with the runs normalized away.
-    return _onehot_logits(np.arange(len(x)) % 3, k=3)
-  config = GateConfig(warmup_batches=1, max_autocorrelation=0.3)
-  for adapted, class_balanced, fires in ((runs_of_three, True, True),
-                                         (diverse, True, False),
-                                         (runs_of_three, False, False)):
-    model = ScriptedModel(adapt_confidence=adapted, frozen_confidence=in_runs)
-    model.class_balanced = class_balanced
-    gated = GatedForge(model, config, batch_size=24)
-    gated.predict(np.zeros((24, 1), np.int8))
-    assert gated.fired is fires and gated.autocorrelation > 0.5
-    assert gated.score > config.margin  # Only the veto keeps it off.
-    assert gated.config.concealed_veto is class_balanced
-    assert (gated.last_autocorrelation_adapted > 0.5) is (adapted is runs_of_three)
-  assert for_model(config, True) == dataclasses.replace(config, concealed_veto=True,
-                                                        keep_state=True)
-  assert for_model(config, False) == dataclasses.replace(config, early_images=0)
-  no_veto = for_model(GateConfig(max_autocorrelation=None), True)
-  assert no_veto.max_autocorrelation is None
-  model = ScriptedModel(adapt_confidence=diverse, frozen_confidence=in_runs)
-  model.class_balanced = True
-  gated = GatedForge(model, GateConfig(warmup_batches=1, max_autocorrelation=None), 24)
+@pytest.mark.parametrize("veto, fires", [(0.3, False), (1e9, True)])
+def test_a_label_correlated_probe_keeps_the_source(veto, fires):
+  model = ScriptedModel(adapt=diverse, source=in_runs, classes=3)
+  gated = GatedForge(model, GateConfig(probe_images=24, max_autocorrelation=veto),
+                     batch_size=24)
   gated.predict(np.zeros((24, 1), np.int8))
-  assert gated.fired is True  # No veto configured: none, concealed or not.
+  assert gated.fired is fires and gated.last_autocorrelation > 0.5
 
 
-def test_a_class_balanced_gate_off_after_an_inert_probe_feeds_the_source_to_the_detector():
-  # Off with the state kept, the op runs in source mode. After a probe whose adapting
-  # path changed nothing (|score| < inert_score: flagged, class statistics that never
-  # move) its outputs feed the guard's detector (SPEC "Observe"), so a flag the source's
-  # own collapse set can clear; after a probe that changed predictions, or on, or while
-  # probing, nothing is observed.
-  for adapt_confidence, inert_score, fires, observes in (
-      (0.7, 1e-3, False, True), (0.7, 0.0, False, False), (0.6, 1e-3, False, False),
-      (0.9, 1e-3, True, False)):
-    model = ScriptedModel(adapt_confidence=adapt_confidence, frozen_confidence=0.7)
-    model.class_balanced = True
-    gated = GatedForge(model, GateConfig(warmup_batches=2, signal=CONFIDENCE_GAIN,
-                                         period=64, inert_score=inert_score), batch_size=4)
-    outs = _stream(gated, batches=6)
-    assert gated.fired is fires and gated.config.keep_state
-    assert model.resets == 1  # The one at construction: an off decision keeps the state.
-    assert gated.observing is observes
-    if not fires:
-      assert model.calls[4:] == ["source"] * 4
-    if observes:  # Batches 2-5 are predicted in source mode, each observed once.
-      assert len(model.observed) == 4
-      for y, out in zip(model.observed, outs[2:]):
-        np.testing.assert_array_equal(y, out)
-    else:
-      assert model.observed == []
-  with pytest.raises(ValueError, match="inert_score"):
-    GateConfig(inert_score=-1.0)
-  with pytest.raises(ValueError, match="inert_score"):
-    GateConfig(inert_score=float("nan"))
+def test_autocorrelation_separates_iid_from_runs_and_a_collapse_carries_no_evidence():
+  rng = np.random.default_rng(0)
+  cases = {"iid": quantize(onehot(rng.integers(0, 10, 256), k=10)),
+           "runs": quantize(onehot(np.repeat(rng.permutation(10)[:8], 32), k=10)),
+           "collapsed": quantize(np.tile([[3.0, 1.0] + [0.0] * 8], (256, 1)))}
+  rho = {}
+  for name, y in cases.items():
+    c = fc.Controller({"probe_images": 256}, 10, SCALE, 0)
+    c.probed(y, y, 256)
+    rho[name] = c.autocorrelation
+  assert abs(rho["iid"]) < 0.2 and rho["runs"] > 0.9 and rho["collapsed"] == 0.0
+
+
+def test_autocorrelation_does_not_depend_on_the_batch_size():
+  rng = np.random.default_rng(1)
+  y = quantize(onehot(rng.integers(0, 10, 64), k=10) + rng.normal(size=(64, 10)))
+  whole = fc.Controller({"probe_images": 64}, 10, SCALE, 0)
+  whole.probed(y, y, 64)
+  single = fc.Controller({"probe_images": 64}, 10, SCALE, 0)
+  for row in y:
+    single.probed(row, row, 1)
+  assert single.autocorrelation == whole.autocorrelation
+  p = probs(y)
+  mean = p.mean(0)
+  want = ((p[1:] * p[:-1]).sum(1).mean() - mean @ mean) / ((p * p).sum(1).mean() - mean @ mean)
+  assert whole.autocorrelation == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.parametrize("adapt, class_balanced, fires", [
+    (runs_of_three, True, True),   # The class statistics keep the runs: no veto.
+    (diverse, True, False),        # Adapting normalized the runs away: the veto holds.
+    (runs_of_three, False, False)])  # Label-blind: the veto always holds.
+def test_a_class_balanced_gate_vetoes_only_a_concealed_correlation(adapt, class_balanced,
+                                                                   fires):
+  model = ScriptedModel(adapt=adapt, source=in_runs, classes=3,
+                        class_balanced=class_balanced)
+  gated = GatedForge(model, GateConfig(probe_images=24, max_autocorrelation=0.3), 24)
+  gated.predict(np.zeros((24, 1), np.int8))
+  assert gated.fired is fires and gated.last_score > 0.03  # Only the veto says no.
+  assert gated.settings["concealed_veto"] is class_balanced
+  assert (gated.last_autocorrelation_adapted > 0.5) is (adapt is runs_of_three)
+
+
+@pytest.mark.parametrize("adapt, source, inert_score, fires, observes", [
+    (confident(0.7), confident(0.7), 1e-3, False, True),   # Inert: nothing changed.
+    (confident(0.7), confident(0.7), 0.0, False, False),   # 0: never observe.
+    (confident(0.9), spread(0.6), 1e-3, False, False),     # Off, adapting hurt.
+    (spread(0.6), confident(0.9), 1e-3, True, False)])     # On.
+def test_a_class_balanced_gate_off_after_an_inert_probe_observes(adapt, source,
+                                                                 inert_score, fires,
+                                                                 observes):
+  model = ScriptedModel(adapt=adapt, source=source, class_balanced=True)
+  gated = GatedForge(model, GateConfig(probe_images=8, period=64, inert_score=inert_score),
+                     batch_size=4)
+  outs = _stream(gated, batches=6)
+  assert gated.fired is fires and gated.settings["keep_state"]
+  assert model.resets == 1  # Off keeps the state.
+  if not fires:
+    assert model.calls[4:] == ["source"] * 4
+  if observes:  # Batches 2-5 predicted in source mode, each observed once.
+    assert len(model.observed) == 4
+    for y, out in zip(model.observed, outs[2:]):
+      np.testing.assert_array_equal(model.dequantize_output(y), out)
+  else:
+    assert model.observed == []
 
 
 def test_a_probe_far_above_the_margin_decides_on_early():
-  # The source piles onto class 0, adapting spreads: score log 2 - H(0.9) = 0.37 nats.
-  model = ScriptedModel(adapt_confidence=spread(0.6), frozen_confidence=0.9)
-  gated = GatedForge(model, GateConfig(warmup_batches=20, early_images=8,
-                                       early_delta=0.3), batch_size=4)
-  outs = _stream(gated, 4)
+  model = ScriptedModel(adapt=spread(0.6), source=confident(0.9))
+  gated = GatedForge(model, GateConfig(probe_images=80, early_images=8, early_delta=0.3),
+                     batch_size=4)
+  _stream(gated, 4)
   assert gated.decisions == [True] and not gated.probing
-  # Probed batches 0 and 1 (8 images), then the adapting path alone predicts.
   assert model.calls == ["source", "adapt"] * 2 + ["adapt"] * 2
-  np.testing.assert_allclose(top1_confidence(outs[0]), 0.9, rtol=1e-5)
-  np.testing.assert_allclose(top1_confidence(outs[2]), 0.6, rtol=1e-5)
-  assert gated.last_score == pytest.approx(np.log(2) - entropy(np.array([0.9, 0.1])))
 
 
-def test_a_probe_below_the_early_margin_waits_for_its_end():
-  for early_delta, early_images in ((0.5, 8), (0.3, 0)):  # Score 0.37; 0: never early.
-    model = ScriptedModel(adapt_confidence=spread(0.6), frozen_confidence=0.9)
-    gated = GatedForge(model, GateConfig(warmup_batches=5, early_images=early_images,
-                                         early_delta=early_delta), batch_size=4)
-    _stream(gated, 4)
-    assert gated.probing and gated.decisions == []
-    _stream(gated, 1)
-    assert gated.decisions == [True]
+@pytest.mark.parametrize("early_delta, early_images", [(0.5, 8), (0.3, 0)])
+def test_a_probe_below_the_early_margin_waits_for_its_end(early_delta, early_images):
+  model = ScriptedModel(adapt=spread(0.6), source=confident(0.9))
+  gated = GatedForge(model, GateConfig(probe_images=20, early_images=early_images,
+                                       early_delta=early_delta), batch_size=4)
+  _stream(gated, 4)
+  assert gated.probing and gated.decisions == []
+  _stream(gated, 1)
+  assert gated.decisions == [True]
 
 
 def test_off_is_never_decided_early_and_the_veto_holds_early():
-  model = ScriptedModel(adapt_confidence=spread(0.9), frozen_confidence=spread(0.6))
-  gated = GatedForge(model, GateConfig(warmup_batches=5, early_images=4), batch_size=4)
+  gated = GatedForge(ScriptedModel(adapt=spread(0.9), source=spread(0.6)),
+                     GateConfig(probe_images=20, early_images=4), batch_size=4)
   _stream(gated, 4)
   assert gated.probing and gated.decisions == []
-  def in_runs(x):  # Label-correlated and collapsed: the veto says no, however early.
-    return _onehot_logits((np.arange(len(x)) // 4) % 2, k=3)
-  def diverse(x):
-    return _onehot_logits(np.arange(len(x)) % 3, k=3)
-  for veto, class_balanced, probing in ((0.3, False, True), (1e9, False, False),
-                                        (None, True, True)):
-    model = ScriptedModel(adapt_confidence=diverse, frozen_confidence=in_runs)
-    model.class_balanced = class_balanced
-    gated = GatedForge(model, GateConfig(warmup_batches=3, early_images=8,
+  for veto, probing in ((0.3, True), (1e9, False)):
+    model = ScriptedModel(adapt=diverse, source=in_runs, classes=3)
+    gated = GatedForge(model, GateConfig(probe_images=72, early_images=8,
                                          max_autocorrelation=veto), batch_size=24)
     gated.predict(np.zeros((24, 1), np.int8))
-    # Without a veto (None) the early "on" keeps the default one, and a class-balanced
-    # gate's is unconditional: a label-correlated probe waits for its end.
-    assert gated.probing is probing and gated.autocorrelation > 0.5
-    assert gated.config.early_max_autocorrelation == (0.1 if veto is None else veto)
+    assert gated.probing is probing
 
 
-def test_early_decision_defaults_and_errors():
-  assert GateConfig().early_after(1) == 128 and GateConfig().early_margin == 0.1
-  assert GateConfig().early_after(64) == 0  # The default is batch 1's (the device's).
-  assert GateConfig(early_images=128).early_after(64) == 128
-  assert GAIN.early_after(1) == 0 and GateConfig(signal=CONFIDENCE_DROP).early_after(1) == 0
-  assert GateConfig(delta=0.2).early_margin == 0.2  # Never below the probe's margin.
-  assert GateConfig(early_images=0).early_after(1) == 0
-  # Label-blind models decide early only when asked to; class-balanced ones by default.
-  assert for_model(GateConfig(), False).early_after(1) == 0
-  assert for_model(GateConfig(early_images=64), False).early_after(1) == 64
-  assert for_model(GateConfig(), True).early_after(1) == 128
-  with pytest.raises(ValueError, match="early_images must be >= 0"):
-    GateConfig(early_images=-1)
-  with pytest.raises(ValueError, match="early_delta must be a finite"):
-    GateConfig(early_delta=float("nan"))
-  with pytest.raises(ValueError, match=r"early_delta \(0.01\) must be >= the probe's"):
-    GateConfig(early_delta=0.01)
+def test_derived_settings():
+  assert settings(GateConfig(), 1, True)["early_images"] == 128
+  assert settings(GateConfig(), 64, True)["early_images"] == 0   # Batch 1's default.
+  assert settings(GateConfig(), 1, False)["early_images"] == 0   # Label-blind.
+  assert settings(GateConfig(early_images=64), 1, False)["early_images"] == 64
+  assert settings(GateConfig(delta=0.2), 1, True)["early_delta"] == 0.2  # >= delta.
+  assert settings(GateConfig(max_autocorrelation=0.5), 1, True)[
+      "early_max_autocorrelation"] == 0.5
+  for balanced in (True, False):
+    s = settings(GateConfig(), 64, balanced)
+    assert s["keep_state"] is balanced and s["concealed_veto"] is balanced
+    assert set(s) == {x.name for x in SETTINGS}
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(period=0), "period must be >= 1"), (dict(probe_images=0), "probe_images"),
+    (dict(delta=float("nan")), "delta must be a finite"),
+    (dict(inert_score=-1.0), "inert_score must be >= 0"),
+    (dict(early_images=-1), "early_images must be a whole number >= 0"),
+    (dict(early_delta=0.01), r"early_delta \(0.01\) must be >= the probe's margin"),
+    (dict(max_autocorrelation=float("inf")), "max_autocorrelation must be a finite")])
+def test_bad_settings_are_refused(bad, message):
+  with pytest.raises(ValueError, match=message):
+    GateConfig(**bad)
+
+
+def test_the_controller_refuses_what_python_would_not_catch():
+  with pytest.raises(ValueError, match="unknown gate setting"):
+    fc.Controller({"probe": 4}, 10, SCALE, 0)
+  with pytest.raises(ValueError, match="probe_images is out of range"):
+    fc.Controller({"probe_images": 0}, 10, SCALE, 0)
+  with pytest.raises(ValueError, match="1 to 64 classes"):
+    fc.Controller({}, fc.MAX_CLASSES + 1, SCALE, 0)
+  with pytest.raises(ValueError, match="needs 6 int8 outputs"):
+    fc.Controller({}, 3, SCALE, 0).probed(np.zeros(3, np.int8), np.zeros(3, np.int8), 2)
+
+
+def test_every_setting_reaches_the_device_and_the_host_app_once():
+  config = GateConfig(probe_images=16, period=40, delta=0.05, early_images=8)
+  defines = device_defines(config, class_balanced=True)
+  args = host_arguments(config, class_balanced=True)
+  assert len(defines) == len(args) == len(SETTINGS)
+  assert defines["FORGE_APP_GATE_PROBE_IMAGES"] == "16" and "--gate_probe_images=16" in args
+  assert defines["FORGE_APP_GATE_KEEP_STATE"] == "true" and "--gate_keep_state=1" in args
+  assert defines["FORGE_APP_GATE_DELTA"] == "0.05" and "--gate_delta=0.05" in args
+  assert {s.name for s in USER_SETTINGS} | {"keep_state", "concealed_veto"} == {
+      s.name for s in SETTINGS}
+  assert dataclasses.replace(config, period=None).period is None

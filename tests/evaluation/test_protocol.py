@@ -121,7 +121,8 @@ def test_run_evaluation_writes_reports(artifact, tmp_path):
                        data_description="generated", show_progress=False)
   saved = json.loads((tmp_path / "results.json").read_text())
   assert saved["command"] == "forge_tflm eval ..."
-  assert saved["config"]["gate"]["warmup_batches"] == 16  # 256 images at batch 16.
+  assert saved["config"]["gate"]["probe_images"] == 256  # As run (gate.settings).
+  assert saved["config"]["gate"]["early_images"] == 0    # Derived: batch 16.
   assert len(saved["artifact"]["sha256"]) == 64
   assert saved["results"]["forge"]["streams"]["dark"]["accuracy"] == \
       doc["results"]["forge"]["streams"]["dark"]["accuracy"]

@@ -1,0 +1,130 @@
+// The field controller: when FORGE adapts, decided from the model's own outputs,
+// for the device and the evaluator alike (forge_tflm.evaluation.gate drives this
+// code through its Python binding). Framework-free C: the caller runs the model.
+//
+//   ForgeController c;  forge_controller_init(&c, &settings, classes, scale, zp);
+//   for each batch of n images (n = 1 on a device):
+//     switch (forge_controller_next(&c)) {
+//       case FORGE_CONTROLLER_PROBE:   run SOURCE -> src and ADAPT -> adp;
+//         predict with forge_controller_adapting(&c) ? adp : src;
+//         event = forge_controller_probed(&c, src, adp, n);
+//         if (event == FORGE_CONTROLLER_OFF_RESET) reset FORGE to its targets;
+//       case FORGE_CONTROLLER_ADAPT:   run ADAPT (commit its labels);
+//       case FORGE_CONTROLLER_SOURCE:  run SOURCE (state kept, nothing adapts);
+//       case FORGE_CONTROLLER_OBSERVE: run SOURCE, hand its output to the
+//                                      guard's detector (op SPEC "Observe");
+//       case FORGE_CONTROLLER_FROZEN:  run FROZEN;
+//     }  then, outside a probe: forge_controller_skipped(&c, n);
+//
+// Settings from the FORGE_APP_GATE_<MACRO> defines export-firmware writes into
+// forge_app_data.h, so a firmware runs the gate that was evaluated:
+//   FORGE_CONTROLLER_SETTINGS_FROM_DEFINES(config.gate_settings);
+//
+// A probe runs both paths over probe_images images and then adapts iff the
+// diversity gain H(mean p_adapted) - H(mean p_source) exceeds delta and the
+// source's predictions are not label-correlated (lag-1 autocorrelation of its
+// softmax vectors above max_autocorrelation; with concealed_veto, unless the
+// adapting path's are too). From early_images probed images on, a score above
+// early_delta with autocorrelation <= early_max_autocorrelation decides "on"
+// early. Decisions fall at the end of a call (a batch). With period > 0 a new
+// probe starts period images after the last one started. Memory:
+// sizeof(ForgeController), 4 doubles per class of FORGE_CONTROLLER_MAX_CLASSES.
+#ifndef ESP32S3_APP_CORE_FORGE_CONTROLLER_H_
+#define ESP32S3_APP_CORE_FORGE_CONTROLLER_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "forge_controller_settings.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifndef FORGE_CONTROLLER_MAX_CLASSES
+#define FORGE_CONTROLLER_MAX_CLASSES 64
+#endif
+
+typedef uint32_t forge_controller_u32;
+typedef double forge_controller_f64;
+typedef bool forge_controller_bool;
+
+typedef struct {
+#define FORGE_CONTROLLER_FIELD(type, name, macro, value, help) \
+  forge_controller_##type name;
+  FORGE_CONTROLLER_SETTINGS(FORGE_CONTROLLER_FIELD)
+#undef FORGE_CONTROLLER_FIELD
+} ForgeControllerSettings;
+
+// What the next call's images run.
+typedef enum {
+  FORGE_CONTROLLER_PROBE = 0,
+  FORGE_CONTROLLER_ADAPT,
+  FORGE_CONTROLLER_SOURCE,
+  FORGE_CONTROLLER_OBSERVE,
+  FORGE_CONTROLLER_FROZEN,
+} ForgeControllerStep;
+
+// What a probed batch decided.
+typedef enum {
+  FORGE_CONTROLLER_NONE = 0,
+  FORGE_CONTROLLER_ON,
+  FORGE_CONTROLLER_OFF,        // state kept
+  FORGE_CONTROLLER_OFF_RESET,  // the caller resets FORGE to its clean targets
+} ForgeControllerEvent;
+
+// Running sums of one path's softmax vectors over a probe.
+typedef struct {
+  double sum[FORGE_CONTROLLER_MAX_CLASSES];
+  double last[FORGE_CONTROLLER_MAX_CLASSES];
+  double squares;
+  double lag_dot;
+} ForgeControllerPath;
+
+typedef struct {
+  ForgeControllerSettings settings;
+  int num_classes;
+  float output_scale;
+  int32_t output_zero_point;
+  bool probing;
+  bool adapting;
+  bool observing;
+  uint32_t decisions;
+  uint32_t probed;
+  uint32_t since_probe;
+  ForgeControllerPath source, adapted;
+  double score, autocorrelation, autocorrelation_adapted;  // of the last decision
+} ForgeController;
+
+#define FORGE_CONTROLLER_SET_FROM_DEFINE(type, name, macro, value, help) \
+  forge_controller_target_->name = FORGE_APP_GATE_##macro;
+#define FORGE_CONTROLLER_SETTINGS_FROM_DEFINES(target)                         \
+  do {                                                                         \
+    ForgeControllerSettings* forge_controller_target_ = &(target);             \
+    FORGE_CONTROLLER_SETTINGS(FORGE_CONTROLLER_SET_FROM_DEFINE)                \
+  } while (0)
+
+void forge_controller_default_settings(ForgeControllerSettings* settings);
+// The first setting that is out of range ("probe_images", ...), or NULL.
+const char* forge_controller_check(const ForgeControllerSettings* settings);
+// False (nothing set) on bad settings, classes outside [1, MAX] or scale <= 0.
+bool forge_controller_init(ForgeController* c, const ForgeControllerSettings* settings,
+                           int num_classes, float output_scale, int32_t output_zero_point);
+ForgeControllerStep forge_controller_next(const ForgeController* c);
+static inline bool forge_controller_adapting(const ForgeController* c) {
+  return c->adapting;
+}
+// n probed images: both paths' int8 outputs, [n][num_classes] each.
+ForgeControllerEvent forge_controller_probed(ForgeController* c, const int8_t* source,
+                                             const int8_t* adapted, uint32_t n);
+// n images outside a probe.
+void forge_controller_skipped(ForgeController* c, uint32_t n);
+// The current probe's figures (the last decision's between probes).
+double forge_controller_score(const ForgeController* c);
+double forge_controller_autocorrelation(const ForgeController* c, bool adapted);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+
+#endif  // ESP32S3_APP_CORE_FORGE_CONTROLLER_H_

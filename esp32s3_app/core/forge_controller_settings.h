@@ -1,0 +1,33 @@
+// The field controller's settings, declared once. Each X(type, name, MACRO,
+// default, help) becomes a ForgeControllerSettings field, the firmware define
+// FORGE_APP_GATE_<MACRO> (forge_tflm.deploy.export writes them), the host app's
+// --gate_<name>= argument and the evaluator's --gate_<name> flag
+// (forge_tflm.evaluation.gate reads this list through the bound module).
+// Types: u32 (unsigned images), f64 (real), bool. What each setting does and
+// the measurement that set its default: docs/design/field-robustness.md.
+#ifndef ESP32S3_APP_CORE_FORGE_CONTROLLER_SETTINGS_H_
+#define ESP32S3_APP_CORE_FORGE_CONTROLLER_SETTINGS_H_
+
+#define FORGE_CONTROLLER_SETTINGS(X)                                                \
+  X(u32, probe_images, PROBE_IMAGES, 256,                                           \
+    "images per probe: both paths run, the path chosen last predicts")              \
+  X(u32, period, PERIOD, 0,                                                         \
+    "images from the start of one probe to the next; 0: decide once")              \
+  X(f64, delta, DELTA, 0.03,                                                        \
+    "adapt iff the probe's diversity gain (nats) exceeds this")                    \
+  X(f64, max_autocorrelation, MAX_AUTOCORRELATION, 0.1,                             \
+    "veto: the source's lag-1 label autocorrelation over the probe above this")    \
+  X(bool, concealed_veto, CONCEALED_VETO, 0,                                        \
+    "the veto holds only if the adapting path's autocorrelation is not above too") \
+  X(bool, keep_state, KEEP_STATE, 0,                                                \
+    "off keeps FORGE's state and predicts in source mode; else reset + frozen")    \
+  X(f64, inert_score, INERT_SCORE, 0.001,                                           \
+    "with keep_state: off after a probe scoring within this of 0 observes")        \
+  X(u32, early_images, EARLY_IMAGES, 128,                                           \
+    "from this many probed images a probe may decide on early; 0: never")          \
+  X(f64, early_delta, EARLY_DELTA, 0.1,                                             \
+    "the early decision's margin (>= delta)")                                       \
+  X(f64, early_max_autocorrelation, EARLY_MAX_AUTOCORRELATION, 0.1,                 \
+    "the early decision's label-correlation veto")
+
+#endif  // ESP32S3_APP_CORE_FORGE_CONTROLLER_SETTINGS_H_
