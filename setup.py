@@ -14,7 +14,7 @@ EXT_MODULES = [
         sources=[f"{_CORE_DIR}/forge_recalib.c", f"{_CORE_DIR}/forge_recalib_x86.c",
                  "forge_tflm/ops/_core_module.c"],
         include_dirs=[_CORE_DIR],
-        depends=[f"{_CORE_DIR}/forge_recalib.h"],
+        depends=[f"{_CORE_DIR}/forge_recalib.h", f"{_CORE_DIR}/forge_recalib_int.c"],
         # -ffp-contract=off: no FMA, so the core stays bit-exact to the numpy
         # reference (SPEC.md). -std=c99 is the core's language level. -O3 lets
         # GCC vectorize the stats and affine passes (still bit-exact without

@@ -90,6 +90,8 @@ class ConvertOptions:
       RecalibOptions(window=1, classes=2, class_guard=self.class_guard)
     if self.class_images and self.recalib.classes is not None:
       raise ValueError("recalib.classes is set by the converter (class_images), not given")
+    if self.class_images and self.recalib.integer:
+      raise ValueError("arithmetic int does not support classes (class_images)")
     if self.preact_range != "minmax":
       kind, _, p = self.preact_range.partition(":")
       try:

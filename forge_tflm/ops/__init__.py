@@ -52,13 +52,19 @@ class RecalibState:
 
   `data` is the contiguous buffer the C core updates in place; `mu` and `var`
   are views of it. `reset()` restores the clean targets (beta, gamma_abs^2).
+  With `int_scale` (the input scale s_x) the state is the integer arithmetic's
+  (SPEC "Integer arithmetic"): int32, mu in Q16 and var in Q12 of x's quantized
+  units, reset to beta / s_x and (gamma_abs / s_x)^2.
   """
 
   def __init__(self, beta: np.ndarray, gamma_abs: np.ndarray,
-               offsets: np.ndarray | None = None):
+               offsets: np.ndarray | None = None, int_scale: float | None = None):
     self.beta = np.ascontiguousarray(beta, dtype=np.float32)
     self.gamma_abs = np.ascontiguousarray(gamma_abs, dtype=np.float32)
-    self.data = reference.reset_state(self.beta, self.gamma_abs)
+    self.int_scale = None if int_scale is None else np.float32(int_scale)
+    if self.int_scale is not None and offsets is not None:
+      raise ValueError("arithmetic int does not support classes")
+    self.data = self._clean()
     # Class-balanced statistics (SPEC "Class-balanced statistics"): the class offsets
     # [K, C] (constants), the class state block (the C core's layout, one buffer) with
     # its views `classes` [2, K, C], `blind` [2, C] and `detector` [K + 3] (SPEC
@@ -69,6 +75,15 @@ class RecalibState:
     self.pending = None
     if self.offsets is not None:
       self._set_block(reference.classes_reset(self.beta, self.gamma_abs, self.offsets))
+
+  def _clean(self) -> np.ndarray:
+    if self.int_scale is not None:
+      return reference.int_reset_state(self.beta, self.gamma_abs, self.int_scale)
+    return reference.reset_state(self.beta, self.gamma_abs)
+
+  @property
+  def integer(self) -> bool:
+    return self.int_scale is not None
 
   def _set_block(self, block: np.ndarray) -> None:
     self.block = block
@@ -94,7 +109,7 @@ class RecalibState:
     return self.data[self.channels:]
 
   def reset(self) -> None:
-    self.data[:] = reference.reset_state(self.beta, self.gamma_abs)
+    self.data[:] = self._clean()
     if self.offsets is not None:
       self.block[:] = reference.classes_reset(self.beta, self.gamma_abs, self.offsets)
       self.pending = None
@@ -107,6 +122,7 @@ class RecalibState:
   def copy(self) -> "RecalibState":
     other = RecalibState.__new__(RecalibState)
     other.beta, other.gamma_abs, other.offsets = self.beta, self.gamma_abs, self.offsets
+    other.int_scale = self.int_scale
     other.data = self.data.copy()
     other.block = other.classes = other.blind = other.detector = None
     if self.block is not None:
@@ -153,8 +169,9 @@ def forge_recalib_reference(x: np.ndarray, state: RecalibState,
     if mode == "adapt":
       state.pending = reference.image_moments(x, q)
     return y
-  y, new_state = reference.recalib_step(x, state.beta, state.gamma_abs, state.data,
-                                        opts=opts, q=q, mode=mode)
+  step = reference.int_recalib_step if opts.integer else reference.recalib_step
+  y, new_state = step(x, state.beta, state.gamma_abs, state.data, opts=opts, q=q,
+                      mode=mode)
   state.data[:] = new_state
   return y
 
@@ -177,6 +194,9 @@ def forge_recalib_reference_commit(labels, state: RecalibState,
 
 
 def _check_classes(opts: RecalibOptions, state: RecalibState) -> None:
+  if opts.integer != state.integer:
+    raise ValueError(f"options say arithmetic={opts.arithmetic or 'float'}, the state"
+                     f" is {'int32' if state.integer else 'float32'}")
   k = None if state.offsets is None else state.offsets.shape[0]
   if opts.classes != k:
     raise ValueError(f"options say classes={opts.classes}, the state has "
@@ -221,16 +241,21 @@ class RecalibOp:
                offsets: np.ndarray | None = None):
     self.options = options
     self.quant = quant
-    self.state = state if state is not None else RecalibState(beta, gamma_abs, offsets)
+    if state is None:
+      state = RecalibState(beta, gamma_abs, offsets,
+                           int_scale=quant.s_x if options.integer else None)
+    self.state = state
     _check_classes(options, self.state)
     self._prepared = core().Prepared(options, float(quant.s_x), int(quant.z_x),
                                      float(quant.s_y), int(quant.z_y),
                                      self.state.beta, self.state.gamma_abs)
 
   def with_options(self, options: RecalibOptions) -> "RecalibOp":
-    """The same node (sharing its state) prepared with other options."""
+    """The same node (sharing its state) prepared with other options; another
+    arithmetic starts a clean state of its own format."""
+    same = options.integer == self.options.integer
     return RecalibOp(options, self.quant, self.state.beta, self.state.gamma_abs,
-                     state=self.state)
+                     state=self.state if same else None, offsets=self.state.offsets)
 
   @property
   def class_balanced(self) -> bool:

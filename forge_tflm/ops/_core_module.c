@@ -112,6 +112,7 @@ static int code_of(PyObject* value, const char* (*name_of)(int32_t)) {
 #define READ_INT(dst, v) ((dst) = (int32_t)PyLong_AsLong(v))
 #define READ_ACTIVATION(dst, v) ((dst) = code_of(v, forge_recalib_activation_name))
 #define READ_VARIANCE(dst, v) ((dst) = code_of(v, forge_recalib_variance_name))
+#define READ_ARITHMETIC(dst, v) ((dst) = code_of(v, forge_recalib_arithmetic_name))
 
 /* forge_recalib_options from the attributes of a Python options object; an
  * attribute that is None keeps the default. */
@@ -205,7 +206,7 @@ static void call_release(Call* k) {
 }
 
 /* x: int8 [N, ..., C] (N and H*W from its shape), y: int8 like x (may be x),
- * state: float32 [2C]. */
+ * state: float32 [2C] (int32 with arithmetic int). */
 static int call_setup(Prepared* p, PyObject* ox, PyObject* oy, PyObject* os,
                       Call* k) {
   Py_ssize_t hw = 1, i;
@@ -233,7 +234,8 @@ static int call_setup(Prepared* p, PyObject* ox, PyObject* oy, PyObject* os,
   k->n = (int32_t)k->x.view.shape[0];
   k->hw = (int32_t)hw;
   if (get_buf(oy, &k->y, 1, 'b', 1, k->x.view.len, "y") ||
-      get_buf(os, &k->state, 1, 'f', 4, 2 * (Py_ssize_t)p->c, "state")) {
+      get_buf(os, &k->state, 1, p->opts.arithmetic == FORGE_RECALIB_ARITH_INT ? 'i' : 'f',
+              4, 2 * (Py_ssize_t)p->c, "state")) {
     call_release(k);
     return -1;
   }
@@ -620,6 +622,26 @@ static PyObject* py_class_labels_s8(PyObject* self, PyObject* args) {
   return out;
 }
 
+/* int_state_reset(state): the integer arithmetic's reset values, state int32 [2C]. */
+static PyObject* prepared_int_state_reset(Prepared* p, PyObject* args) {
+  PyObject* os;
+  Buf st;
+  int status;
+  const char* msg = NULL;
+  if (!PyArg_ParseTuple(args, "O", &os)) return NULL;
+  if (p->scratch == NULL) {
+    PyErr_SetString(PyExc_ValueError, "Prepared is not initialized");
+    return NULL;
+  }
+  if (get_buf(os, &st, 1, 'i', 4, 2 * (Py_ssize_t)p->c, "state")) return NULL;
+  status = forge_recalib_int_state_reset(&p->quant, (const float*)p->beta.view.buf,
+                                         (const float*)p->gamma.view.buf, p->c,
+                                         (int32_t*)st.view.buf, &msg);
+  release(&st);
+  if (status != FORGE_RECALIB_OK) return raise_status(status, msg);
+  Py_RETURN_NONE;
+}
+
 static PyObject* prepared_quant(Prepared* p, void* closure) {
   (void)closure;
   return Py_BuildValue("(fffii)", p->quant.r, p->quant.inv_sy, p->quant.sx2,
@@ -643,6 +665,8 @@ static PyMethodDef kPreparedMethods[] = {
      "classes_commit_s8(pending, logits, class_state): logits int8 [N, K]"},
     {"classes_observe_s8", (PyCFunction)prepared_classes_observe_s8, METH_VARARGS,
      "classes_observe_s8(logits, class_state): the detector takes each argmax"},
+    {"int_state_reset", (PyCFunction)prepared_int_state_reset, METH_VARARGS,
+     "int_state_reset(state): the integer arithmetic's reset state, int32 [2C]"},
     {"bench", (PyCFunction)prepared_bench, METH_VARARGS,
      "bench(x, y, state, mode, path, variant, reps) -> total ns of reps calls"
      " (after 1 untimed warm-up)"},
@@ -757,6 +781,7 @@ PyMODINIT_FUNC PyInit__forge_recalib_core(void) {
 #undef Y
       add_object(m, "ACTIVATIONS", names_tuple(forge_recalib_activation_name)) != 0 ||
       add_object(m, "VARIANCES", names_tuple(forge_recalib_variance_name)) != 0 ||
+      add_object(m, "ARITHMETICS", names_tuple(forge_recalib_arithmetic_name)) != 0 ||
       add_object(m, "MODES", names_tuple(forge_recalib_mode_name)) != 0 ||
       add_object(m, "PATHS", names_tuple(forge_recalib_path_name)) != 0 ||
       add_object(m, "VARIANTS", Py_BuildValue("(sss)", "default", "ansi", "avx2")) != 0 ||

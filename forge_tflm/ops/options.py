@@ -34,6 +34,7 @@ MAX_CLASSES = _CORE.MAX_CLASSES
 MIN_GUARD, MAX_GUARD = _CORE.MIN_GUARD, _CORE.MAX_GUARD
 DEFAULT_EPS = float(np.float32(_CORE.DEFAULT_EPS))
 VARIANCES: tuple[str, ...] = _CORE.VARIANCES
+ARITHMETICS: tuple[str, ...] = _CORE.ARITHMETICS
 MODES: tuple[str, ...] = _CORE.MODES
 PATHS: tuple[str, ...] = _CORE.PATHS
 VARIANTS: tuple[str, ...] = _CORE.VARIANTS
@@ -132,6 +133,12 @@ class RecalibOptions:
   # look correlated (SPEC "Guard"); the detector's label-histogram window in images.
   # None (0 in the C struct): always the class mixture. Set by the converter.
   class_guard: int | None = None
+  # SPEC "Integer arithmetic": "int" runs the op in fixed point (no float operation);
+  # None (the C default, "float"): the float32 SPEC.
+  arithmetic: str | None = dataclasses.field(
+      default=None, metadata=_help(
+          f"FORGE arithmetic: {', '.join(ARITHMETICS)} (float32 SPEC by default; int:"
+          " fixed-point state and quantized multipliers, SPEC \"Integer arithmetic\")."))
 
   def __post_init__(self):
     if (self.momentum is None) == (self.window is None):
@@ -196,6 +203,19 @@ class RecalibOptions:
         raise ValueError("class_guard needs classes")
       else:
         object.__setattr__(self, "class_guard", int(self.class_guard))
+    if self.arithmetic is not None:
+      if self.arithmetic not in ARITHMETICS:
+        raise ValueError(f"unknown arithmetic {self.arithmetic!r} (one of"
+                         f" {', '.join(ARITHMETICS)})")
+      if self.arithmetic == ARITHMETICS[0]:  # The C default: float.
+        object.__setattr__(self, "arithmetic", None)
+      elif self.classes is not None:
+        raise ValueError("arithmetic int does not support classes")
+
+  @property
+  def integer(self) -> bool:
+    """The integer arithmetic (SPEC "Integer arithmetic")."""
+    return self.arithmetic == "int"
 
   @property
   def use_window(self) -> bool:
@@ -246,7 +266,8 @@ if _FIELD_NAMES != tuple(name for name, _ in OPTION_FIELDS):
 
 FLAG_FIELDS = tuple(f for f in dataclasses.fields(RecalibOptions) if "help" in f.metadata)
 # The values each enum kind of OPTION_FIELDS takes.
-ENUM_VALUES = {"ACTIVATION": tuple(ACTIVATIONS), "VARIANCE": VARIANCES}
+ENUM_VALUES = {"ACTIVATION": tuple(ACTIVATIONS), "VARIANCE": VARIANCES,
+               "ARITHMETIC": ARITHMETICS}
 
 
 def encode_options(opts: RecalibOptions) -> bytes:

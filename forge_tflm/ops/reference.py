@@ -387,3 +387,238 @@ def class_labels_s8(logits: np.ndarray, margin: int = 0) -> np.ndarray:
   others[np.arange(len(z)), best] = -129
   lead = top - others.max(axis=1)
   return np.where(lead >= margin, best, -1).astype(np.int32)
+
+
+# ------------------------------------------------------------- integer arithmetic
+# SPEC "Integer arithmetic" (option arithmetic = "int"): every step exact in integers,
+# scalars as Python ints and vectors as numpy int64 (all intermediates fit).
+
+MU_FRAC, VAR_FRAC, OUT_FRAC = 16, 12, 16  # fraction bits of mu, var, the output sum
+MU_MAX = 2**30  # |mu| (x's quantized units, Q16): 16384 units
+VAR_MAX = 2**30 - 1  # var (units^2, Q12): 262144 units^2
+_INT32_MIN, _INT32_MAX = -2**31, 2**31 - 1
+_NEWTON_STEPS = 4
+_ONE = (0, 2**30, 0)  # 1.0 as an fx number (sign, mantissa, exponent)
+
+
+def rdbpot(x, e):
+  """gemmlowp RoundingDivideByPOT: x / 2^e rounded half away from zero (x int64,
+  0 <= e <= 62; scalars or numpy arrays)."""
+  if isinstance(x, np.ndarray) or isinstance(e, np.ndarray):
+    x, e = np.asarray(x, np.int64), np.asarray(e, np.int64)
+    mask = (np.int64(1) << e) - 1
+    thr = (mask >> 1) + (x < 0)
+    return (x >> e) + ((x & mask) > thr)
+  mask = (1 << e) - 1
+  return (x >> e) + (1 if (x & mask) > (mask >> 1) + (1 if x < 0 else 0) else 0)
+
+
+def srdhm(a, b):
+  """gemmlowp SaturatingRoundingDoublingHighMul of int32 a and b (numpy int64 arrays
+  holding int32 values): round(a * b / 2^31), ties away from zero, INT32_MIN^2 ->
+  INT32_MAX."""
+  a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+  ab = a * b
+  t = ab + np.where(ab >= 0, 2**30, 1 - 2**30)
+  q = np.where(t >= 0, t >> 31, -((-t) >> 31))  # C's division truncates toward 0.
+  return np.where((a == _INT32_MIN) & (b == _INT32_MIN), _INT32_MAX, q)
+
+
+def _div_round(n: int, d: int) -> int:
+  """n / d (d > 0) rounded half away from zero."""
+  q = (abs(n) + (d >> 1)) // d
+  return q if n >= 0 else -q
+
+
+def fx_of(f) -> tuple[int, int, int]:
+  """A finite float32 exactly as (sign, mantissa in [2^30, 2^31) or 0, exponent):
+  value = (-1)^sign * mantissa * 2^(exponent - 30), read from its bits."""
+  bits = int(np.asarray(f, np.float32).reshape(()).view(np.uint32))
+  sign, biased, frac = bits >> 31, (bits >> 23) & 255, bits & 0x7FFFFF
+  if biased == 0 and frac == 0:
+    return (sign, 0, 0)
+  exp = biased - 127
+  if biased == 0:  # Subnormal: normalize.
+    exp = -126
+    while frac < 2**23:
+      frac, exp = frac << 1, exp - 1
+  else:
+    frac |= 2**23
+  return (sign, frac << 7, exp)
+
+
+def _fx_norm(sign: int, mant: int, exp: int) -> tuple[int, int, int]:
+  return (sign, 2**30, exp + 1) if mant == 2**31 else (sign, mant, exp)
+
+
+def fx_mul(a, b) -> tuple[int, int, int]:
+  if a[1] == 0 or b[1] == 0:
+    return (a[0] ^ b[0], 0, 0)
+  p = a[1] * b[1]
+  if p >= 2**61:
+    return _fx_norm(a[0] ^ b[0], rdbpot(p, 31), a[2] + b[2] + 1)
+  return _fx_norm(a[0] ^ b[0], rdbpot(p, 30), a[2] + b[2])
+
+
+def fx_div(a, b) -> tuple[int, int, int]:
+  """a / b, b != 0."""
+  if a[1] == 0:
+    return (a[0] ^ b[0], 0, 0)
+  if a[1] >= b[1]:
+    return _fx_norm(a[0] ^ b[0], _div_round(a[1] << 30, b[1]), a[2] - b[2])
+  return _fx_norm(a[0] ^ b[0], _div_round(a[1] << 31, b[1]), a[2] - b[2] - 1)
+
+
+def fx_fixed(a, frac: int, lo: int, hi: int) -> int:
+  """round(a * 2^frac) (ties away from zero), clamped to [lo, hi]."""
+  sign, mant, exp = a
+  sh = exp - 30 + frac
+  if mant == 0 or sh < -62:
+    v = 0
+  elif sh > 32:
+    v = 2**63
+  elif sh >= 0:
+    v = mant << sh
+  else:
+    v = rdbpot(mant, -sh)
+  return max(lo, min(hi, -v if sign else v))
+
+
+@dataclasses.dataclass(frozen=True)
+class IntTensor:
+  """Per-tensor constants of the integer arithmetic (SPEC "Integer arithmetic")."""
+  inv_sx: tuple
+  inv_sy: tuple
+  eps_v: int
+  z_x: int
+  z_y: int
+  qmin: int
+  qmax: int
+
+
+def int_tensor(q: PreparedQuant, eps) -> IntTensor:
+  inv_sx, inv_sy = fx_div(_ONE, fx_of(q.s_x)), fx_div(_ONE, fx_of(q.s_y))
+  eps_v = fx_fixed(fx_mul(fx_of(eps), fx_mul(inv_sx, inv_sx)), VAR_FRAC, 1, VAR_MAX)
+  return IntTensor(inv_sx, inv_sy, eps_v, q.z_x, q.z_y, q.qmin, q.qmax)
+
+
+def int_rate(opts: RecalibOptions, n: int) -> int:
+  """The EMA rate m in Q31 (SPEC "Integer arithmetic" step I3)."""
+  if opts.window is not None:
+    return min(_INT32_MAX, _div_round(n << 31, opts.window))
+  return fx_fixed(fx_of(opts.momentum), 31, 0, _INT32_MAX)
+
+
+def int_reset_state(beta: np.ndarray, gamma_abs: np.ndarray, s_x) -> np.ndarray:
+  """int32 [mu (Q16), var (Q12)] in x's quantized units: beta / s_x, (gamma_abs /
+  s_x)^2, saturated."""
+  check_targets(beta, gamma_abs)
+  inv_sx = fx_div(_ONE, fx_of(np.float32(s_x)))
+  mu = [fx_fixed(fx_mul(fx_of(b), inv_sx), MU_FRAC, -MU_MAX, MU_MAX) for b in beta]
+  var = []
+  for g in gamma_abs:
+    gx = fx_mul(fx_of(g), inv_sx)
+    var.append(fx_fixed(fx_mul(gx, gx), VAR_FRAC, 0, VAR_MAX))
+  return np.array(mu + var, np.int32)
+
+
+def int_inv_sqrt(v: int) -> tuple[int, int, int]:
+  """1 / sqrt(v / 2^12) as an fx number, v in [1, VAR_MAX]: Newton's iteration in
+  Q29 on v normalized to [2^28, 2^30) by an even shift (SPEC step I5)."""
+  j = (30 - v.bit_length()) >> 1
+  n = v << (2 * j)
+  y = 1207959552 - 5 * (n >> 3)  # 2.25 - 1.25 X in Q29, X = n / 2^30
+  for _ in range(_NEWTON_STEPS):
+    y2 = rdbpot(y * y, 29)
+    t = rdbpot(n * y2, 30)
+    y = rdbpot(y * (3 * 2**29 - t), 30)
+  if y >= 2**30:
+    return (0, y, j - 8)
+  return (0, 2 * y, j - 9)
+
+
+def int_coefficients(mu: np.ndarray, var: np.ndarray, beta, gamma_abs,
+                     t: IntTensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """(multiplier, right shift, bias) per channel (SPEC steps I5-I7)."""
+  mult, shift, bias = [], [], []
+  for c in range(len(mu)):
+    vpe = min(VAR_MAX, int(var[c]) + t.eps_v)
+    a = fx_mul(fx_mul(fx_of(gamma_abs[c]), t.inv_sy), int_inv_sqrt(vpe))
+    if a[1] == 0 or a[2] < -25:
+      m, r = 0, 0
+    elif a[2] > 6:
+      m, r = _INT32_MAX, 0
+    else:
+      m, r = a[1], 6 - a[2]
+    by = fx_fixed(fx_mul(fx_of(beta[c]), t.inv_sy), OUT_FRAC, -2**30, 2**30)
+    b = by + (t.z_y << OUT_FRAC) - rdbpot(int(mu[c]) * m, 24 + r)
+    mult.append(m)
+    shift.append(r)
+    bias.append(max(_INT32_MIN, min(_INT32_MAX, b)))
+  return (np.array(mult, np.int64), np.array(shift, np.int64), np.array(bias, np.int64))
+
+
+def int_requantize(x2d: np.ndarray, mult, shift, bias, t: IntTensor) -> np.ndarray:
+  """SPEC step I8 on rows x channels: pure integer requantization."""
+  u = x2d.astype(np.int64) - t.z_x
+  p = rdbpot(srdhm(u << 23, mult), shift)
+  v = np.clip(p + bias, _INT32_MIN, _INT32_MAX)
+  return np.clip(rdbpot(v, OUT_FRAC), t.qmin, t.qmax).astype(np.int8)
+
+
+def int_batch_moments(x2d: np.ndarray, z_x: int) -> tuple[list[int], list[int]]:
+  """(mean Q16, variance Q12) of each channel's values (SPEC step I2)."""
+  xi = x2d.astype(np.int64)
+  m = xi.shape[0]
+  s1, s2 = xi.sum(axis=0), (xi * xi).sum(axis=0)
+  means = [_div_round((int(a) - m * z_x) << MU_FRAC, m) for a in s1]
+  var = [((m * int(b) - int(a) * int(a)) * 2**(VAR_FRAC + 1) // (m * m) + 1) >> 1
+         for a, b in zip(s1, s2)]
+  return means, var
+
+
+def _srdhm1(a: int, b: int) -> int:
+  return int(srdhm(a, b))
+
+
+def int_update(mu: np.ndarray, var: np.ndarray, means, var_b, m31: int,
+               running: bool) -> tuple[np.ndarray, np.ndarray]:
+  """The EMA of steps I3-I4, per channel; returns the new (mu, var)."""
+  mu_new, var_new = [], []
+  for c in range(len(mu)):
+    mc = int(mu[c]) + _srdhm1(means[c] - int(mu[c]), m31)
+    v_used = var_b[c]
+    if running:
+      d = means[c] - mc
+      v_used = min(VAR_MAX, v_used + min(VAR_MAX, rdbpot(d * d, 2 * MU_FRAC - VAR_FRAC)))
+    mu_new.append(mc)
+    var_new.append(int(var[c]) + _srdhm1(v_used - int(var[c]), m31))
+  return np.array(mu_new, np.int64), np.array(var_new, np.int64)
+
+
+def int_recalib_step(x: np.ndarray, beta: np.ndarray, gamma_abs: np.ndarray,
+                     state: np.ndarray, *, opts: RecalibOptions, q: PreparedQuant,
+                     mode: str = "adapt") -> tuple[np.ndarray, np.ndarray]:
+  """One invocation of the integer arithmetic; returns (y, new int32 state)."""
+  if mode not in MODES:
+    raise ValueError("unknown mode")
+  n, c = x.shape[0], x.shape[-1]
+  x2d = x.reshape(-1, c)
+  if not 1 <= x2d.shape[0] <= MAX_M:
+    raise ValueError("N*H*W per channel must be in [1, 2^22]")
+  t = int_tensor(q, opts.eps)
+  clean = int_reset_state(beta, gamma_abs, q.s_x).astype(np.int64)
+  state = np.asarray(state, np.int32).copy()
+  if mode == "source":
+    mult, shift, bias = int_coefficients(clean[:c], clean[c:], beta, gamma_abs, t)
+    return int_requantize(x2d, mult, shift, bias, t).reshape(x.shape), state
+  mu, var = state[:c].astype(np.int64), state[c:].astype(np.int64)
+  bad = (mu < -MU_MAX) | (mu > MU_MAX) | (var < 0) | (var > VAR_MAX)  # "Repair"
+  mu, var = np.where(bad, clean[:c], mu), np.where(bad, clean[c:], var)
+  if mode == "adapt":
+    means, var_b = int_batch_moments(x2d, q.z_x)
+    mu, var = int_update(mu, var, means, var_b, int_rate(opts, n),
+                         opts.variance == "running")
+  mult, shift, bias = int_coefficients(mu, var, beta, gamma_abs, t)
+  y = int_requantize(x2d, mult, shift, bias, t).reshape(x.shape)
+  return y, np.concatenate([mu, var]).astype(np.int32)

@@ -175,7 +175,7 @@ def _value_for(rng, key: str, kind: str):
       v = abs(v) % 2**64
     return own, v
   if own == "string":
-    if kind in ("ACTIVATION", "VARIANCE") and rng.random() < 0.8:
+    if kind in op_options.ENUM_VALUES and rng.random() < 0.8:
       return own, str(rng.choice(op_options.ENUM_VALUES[kind]))
     return own, str(rng.choice(_STRINGS))
   return own, None
@@ -323,7 +323,8 @@ def python_verdict(data: bytes) -> str:
     elif kind == "INT":
       parts.append(f"{name}={0 if v is None else v}")
     else:
-      parts.append(f"{name}={op_options.ENUM_VALUES[kind].index(v)}")
+      values = op_options.ENUM_VALUES[kind]  # None: the C default, code 0.
+      parts.append(f"{name}={values.index(values[0] if v is None else v)}")
   return "OK " + " ".join(parts)
 
 

@@ -103,9 +103,20 @@ bool PrintMode() {
 }
 
 void CheckOutputs(const int8_t* y, size_t count, const float* state, int32_t c,
-                  const forge_recalib_quant& quant) {
+                  const forge_recalib_quant& quant, bool integer) {
   for (size_t i = 0; i < count; ++i) {
     Check(y[i] >= quant.qmin && y[i] <= quant.qmax, "output in [qmin, qmax]");
+  }
+  if (integer) {  // SPEC "Integer arithmetic": int32 mu, var in their ranges
+    int32_t v[2];
+    for (int32_t i = 0; i < c; ++i) {
+      memcpy(&v[0], &state[i], sizeof(int32_t));
+      memcpy(&v[1], &state[c + i], sizeof(int32_t));
+      Check(v[0] >= -FORGE_RECALIB_INT_MU_MAX && v[0] <= FORGE_RECALIB_INT_MU_MAX &&
+                v[1] >= 0 && v[1] <= FORGE_RECALIB_INT_VAR_MAX,
+            "integer state stays in range");
+    }
+    return;
   }
   for (int32_t i = 0; i < 2 * c; ++i) {
     Check(state[i] == state[i] && fabsf(state[i]) <= FLT_MAX, "state stays finite");
@@ -164,7 +175,8 @@ void RunPlain(const Node& d, Picker* pick) {
                                                   d.gamma, d.state, d.opts, &d.quant,
                                                   mode, path, scratch, bytes, &msg);
     Check(status == FORGE_RECALIB_OK, "valid call succeeds");
-    CheckOutputs(d.y, d.count, d.state, d.c, d.quant);
+    CheckOutputs(d.y, d.count, d.state, d.c, d.quant,
+                 d.opts->arithmetic == FORGE_RECALIB_ARITH_INT);
     RunX86Twin(d, d.y, before, mode, path, scratch, bytes, pick);
   }
   // Too little scratch must be refused, not overrun.
@@ -201,7 +213,8 @@ void ClassEval(const Node& d, const float* offsets, float* class_state,
                               &msg) == FORGE_RECALIB_OK,
         "valid class-balanced call succeeds");
   if (target != d.state) memcpy(d.state, target, sizeof(float) * 2 * d.c);
-  CheckOutputs(d.y, d.count, d.state, d.c, d.quant);
+  CheckOutputs(d.y, d.count, d.state, d.c, d.quant,
+                 d.opts->arithmetic == FORGE_RECALIB_ARITH_INT);
 }
 
 // The class functions: reset, then adapt Evals whose labels are committed from
@@ -297,6 +310,11 @@ void RunCore(const forge_recalib_options& opts, Picker* pick) {
   status = forge_recalib_state_reset(d.beta, d.gamma, d.c, d.state, &msg);
   Check((status == FORGE_RECALIB_OK) == targets_ok,
         "state_reset accepts exactly the valid targets");
+  if (status == FORGE_RECALIB_OK && opts.arithmetic == FORGE_RECALIB_ARITH_INT) {
+    status = forge_recalib_int_state_reset(&d.quant, d.beta, d.gamma, d.c,
+                                           reinterpret_cast<int32_t*>(d.state), &msg);
+    Check(status == FORGE_RECALIB_OK, "int_state_reset accepts the valid targets");
+  }
   if (status == FORGE_RECALIB_OK) {
     RunPlain(d, pick);
     if (opts.classes > 0) RunClasses(d, pick);
@@ -353,6 +371,7 @@ void PrintVerdict(const uint8_t* data, size_t size, int status,
 #define PRINT_INT(field) printf(" " #field "=%d", static_cast<int>(opts.field))
 #define PRINT_ACTIVATION PRINT_INT
 #define PRINT_VARIANCE PRINT_INT
+#define PRINT_ARITHMETIC PRINT_INT
 #define X(field, kind) PRINT_##kind(field);
     FORGE_RECALIB_OPTION_FIELDS(X)
 #undef X
@@ -360,6 +379,7 @@ void PrintVerdict(const uint8_t* data, size_t size, int status,
 #undef PRINT_INT
 #undef PRINT_ACTIVATION
 #undef PRINT_VARIANCE
+#undef PRINT_ARITHMETIC
     printf("\n");
   }
   fflush(stdout);

@@ -111,6 +111,11 @@ float* Pending(OpData* d) {
 // Every reset (Prepare, the reset hook, a control request).
 void ResetState(OpData* d, const float* beta, const float* gamma_abs) {
   const char* msg;
+  if (d->opts.arithmetic == FORGE_RECALIB_ARITH_INT) {  // SPEC "Integer arithmetic"
+    forge_recalib_int_state_reset(&d->quant, beta, gamma_abs, d->c,
+                                  reinterpret_cast<int32_t*>(d->state), &msg);
+    return;
+  }
   forge_recalib_state_reset(beta, gamma_abs, d->c, d->state, &msg);
   if (d->opts.classes > 0) {
     forge_recalib_classes_reset(beta, gamma_abs, d->offsets, d->c,

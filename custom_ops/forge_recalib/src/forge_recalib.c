@@ -16,9 +16,11 @@
 #error "FORGE_RECALIB needs FLT_EVAL_METHOD == 0 (float math in float32)"
 #endif
 
-#define FORGE_RECALIB_QUANT_MAGIC 0x46524351u /* "FRCQ" */
-/* Rows per int32 block of sum(q*q): 65536 * 128^2 = 2^30 < INT32_MAX. */
-#define FORGE_RECALIB_S2_BLOCK 65536
+/* The integer arithmetic and the integer statistics pass (stats_pass), one
+ * translation unit with this one: every build's source list stays as it is, and
+ * the file alone is the object the FPU-less check inspects. */
+#define FORGE_RECALIB_INT_TU 1
+#include "forge_recalib_int.c"
 
 static int set_msg(const char** msg, int status, const char* text) {
   if (msg != NULL) *msg = text;
@@ -60,6 +62,11 @@ const char* forge_recalib_variance_name(int32_t code) {
   return name_of(kNames, FORGE_RECALIB_VAR_COUNT, code);
 }
 
+const char* forge_recalib_arithmetic_name(int32_t code) {
+  static const char* const kNames[FORGE_RECALIB_ARITH_COUNT] = {"float", "int"};
+  return name_of(kNames, FORGE_RECALIB_ARITH_COUNT, code);
+}
+
 const char* forge_recalib_mode_name(int32_t code) {
   static const char* const kNames[FORGE_RECALIB_MODE_COUNT] = {
       "adapt", "frozen", "source"};
@@ -83,6 +90,7 @@ void forge_recalib_options_default(forge_recalib_options* opts) {
   opts->classes = 0;
   opts->class_margin = 0;
   opts->class_guard = 0;
+  opts->arithmetic = FORGE_RECALIB_ARITH_FLOAT;
 }
 
 int forge_recalib_validate_options(const forge_recalib_options* opts,
@@ -133,6 +141,14 @@ int forge_recalib_validate_options(const forge_recalib_options* opts,
   }
   if (opts->class_guard > 0 && opts->classes == 0) {
     return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS, "class_guard needs classes");
+  }
+  if (opts->arithmetic != FORGE_RECALIB_ARITH_FLOAT &&
+      opts->arithmetic != FORGE_RECALIB_ARITH_INT) {
+    return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS, "unknown arithmetic");
+  }
+  if (opts->arithmetic == FORGE_RECALIB_ARITH_INT && opts->classes != 0) {
+    return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS,
+                   "arithmetic int does not support classes");
   }
   return set_msg(msg, FORGE_RECALIB_OK, "ok");
 }
@@ -269,30 +285,6 @@ static int check_shape(int32_t N, int32_t HW, int32_t C, const char** msg) {
   return FORGE_RECALIB_OK;
 }
 
-/* Integer statistics over M rows of C channels: exact (SPEC step 1). */
-static void stats_pass(const int8_t* x, int32_t M, int32_t C, int64_t* s2,
-                       int32_t* s1, int32_t* s2_blk) {
-  int32_t c, row = 0;
-  for (c = 0; c < C; ++c) {
-    s1[c] = 0;
-    s2[c] = 0;
-  }
-  while (row < M) {
-    int32_t end = M - row > FORGE_RECALIB_S2_BLOCK ? row + FORGE_RECALIB_S2_BLOCK
-                                                   : M;
-    for (c = 0; c < C; ++c) s2_blk[c] = 0;
-    for (; row < end; ++row) {
-      const int8_t* p = x + (size_t)row * (size_t)C;
-      for (c = 0; c < C; ++c) {
-        int32_t q = p[c];
-        s1[c] += q;
-        s2_blk[c] += q * q;
-      }
-    }
-    for (c = 0; c < C; ++c) s2[c] += s2_blk[c];
-  }
-}
-
 /* (float)v of an int64, correctly rounded (SPEC). A value that fits int32
  * converts through int32 (one VCVT on 32-bit cores instead of libgcc's
  * __aeabi_l2f): the same integer, the same correctly rounded float32. */
@@ -417,6 +409,11 @@ static int s8_run(const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
   if (scratch_bytes < (use_lut ? forge_recalib_scratch_bytes(C)
                                : forge_recalib_scratch_bytes_affine(C))) {
     return set_msg(msg, FORGE_RECALIB_ERR_SCRATCH, "scratch too small");
+  }
+  if (opts->arithmetic == FORGE_RECALIB_ARITH_INT) {
+    /* Every variant's loops are float ones: the integer arithmetic runs here. */
+    return forge_recalib_s8_int(x, y, N, HW, C, beta, gamma_abs, (int32_t*)state,
+                                opts, quant, mode, scratch, scratch_bytes, msg);
   }
 
   /* SPEC "Repair": a channel whose state is not usable restarts from its targets

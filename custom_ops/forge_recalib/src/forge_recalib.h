@@ -57,6 +57,14 @@ typedef enum {
   FORGE_RECALIB_VAR_COUNT
 } forge_recalib_variance;
 
+/* Option `arithmetic` (SPEC.md "Integer arithmetic"): the float32 SPEC or the
+ * integer one (fixed-point state, quantized multipliers; no float operation). */
+typedef enum {
+  FORGE_RECALIB_ARITH_FLOAT = 0,
+  FORGE_RECALIB_ARITH_INT = 1,
+  FORGE_RECALIB_ARITH_COUNT
+} forge_recalib_arithmetic;
+
 typedef enum {
   FORGE_RECALIB_MODE_ADAPT = 0,  /* update statistics, then renormalize */
   FORGE_RECALIB_MODE_FROZEN = 1, /* renormalize with the current state */
@@ -78,6 +86,7 @@ typedef enum {
  * parser and every binding use instead of repeating them. */
 const char* forge_recalib_activation_name(int32_t code);
 const char* forge_recalib_variance_name(int32_t code);
+const char* forge_recalib_arithmetic_name(int32_t code);
 const char* forge_recalib_mode_name(int32_t code);
 const char* forge_recalib_path_name(int32_t code);
 
@@ -111,12 +120,13 @@ const char* forge_recalib_path_name(int32_t code);
  * ScratchBufferHandle). micro/forge_recalib_kernel.cc checks both against the
  * real layouts on every 32-bit build; the manifest's memory figures use them.
  * TFLM rounds each persistent buffer up to FORGE_RECALIB_ARENA_ALIGN. */
-#define FORGE_RECALIB_OP_DATA_BYTES_ILP32 136
+#define FORGE_RECALIB_OP_DATA_BYTES_ILP32 140
 #define FORGE_RECALIB_TFLM_NODE_BYTES_ILP32 72
 #define FORGE_RECALIB_ARENA_ALIGN 16
 
 /* The options a model carries, in SPEC.md order, as X(field, kind) with kind
- * FLOAT, INT or the enum whose names the value takes (ACTIVATION, VARIANCE).
+ * FLOAT, INT or the enum whose names the value takes (ACTIVATION, VARIANCE,
+ * ARITHMETIC).
  * Bindings walk this list instead of naming fields, so a new option is a new
  * struct field, a line here and its case in the parser. use_window is derived:
  * window given (1) or momentum given (0). */
@@ -128,7 +138,8 @@ const char* forge_recalib_path_name(int32_t code);
   X(variance, VARIANCE)                \
   X(classes, INT)                      \
   X(class_margin, INT)                 \
-  X(class_guard, INT)
+  X(class_guard, INT)                  \
+  X(arithmetic, ARITHMETIC)
 
 typedef struct {
   int32_t use_window; /* 0: fixed momentum, 1: window (m = min(1, N/W)) */
@@ -146,7 +157,11 @@ typedef struct {
                            label-blind statistics unless the predicted labels
                            look correlated (SPEC "Guard"); the detector's
                            label-histogram window L */
+  int32_t arithmetic;   /* forge_recalib_arithmetic; INT excludes classes */
 } forge_recalib_options;
+
+/* forge_recalib_quant.magic once forge_recalib_prepare_quant has filled it. */
+#define FORGE_RECALIB_QUANT_MAGIC 0x46524351u /* "FRCQ" */
 
 /* Quantization constants, computed once by forge_recalib_prepare_quant. */
 typedef struct {
@@ -188,6 +203,7 @@ size_t forge_recalib_scratch_bytes(int32_t C);
 size_t forge_recalib_scratch_bytes_affine(int32_t C);
 
 /* One invocation on x[N][HW][C] -> y (same layout). y may equal x (in place)
+ * (with arithmetic int, state holds 2*C int32: see forge_recalib_s8_int)
  * but must not otherwise overlap x; state must not overlap anything.
  * beta/gamma_abs are assumed validated (forge_recalib_state_reset or
  * forge_recalib_check_targets); they are not re-checked per call. */
@@ -206,6 +222,31 @@ int forge_recalib_s8_ansi_path(const int8_t* x, int8_t* y, int32_t N,
                                const forge_recalib_quant* quant, int32_t mode,
                                int32_t path, void* scratch,
                                size_t scratch_bytes, const char** msg);
+
+/* ------------------------------------------ Integer arithmetic (option int)
+ * SPEC.md "Integer arithmetic": src/forge_recalib_int.c, integer operations only
+ * (float32 constants are read from their bits). The state is then 2*C int32,
+ * [mu (Q16), var (Q12)] in x's quantized units, in the same 8 bytes per channel;
+ * forge_recalib_s8_ansi and every variant dispatch to forge_recalib_s8_int for
+ * this option (the variants' SIMD loops are float ones: they fall back to it). */
+#define FORGE_RECALIB_INT_MU_MAX (1 << 30)       /* |mu|, Q16: 16384 units */
+#define FORGE_RECALIB_INT_VAR_MAX ((1 << 30) - 1) /* var, Q12: 2^18 units^2 */
+
+/* state = the reset values beta / s_x (Q16) and (gamma_abs / s_x)^2 (Q12),
+ * saturated; validates the targets (as forge_recalib_check_targets, on their
+ * bits) and needs a quant from forge_recalib_prepare_quant. */
+int forge_recalib_int_state_reset(const forge_recalib_quant* quant,
+                                  const float* beta, const float* gamma_abs,
+                                  int32_t C, int32_t* state, const char** msg);
+
+/* One invocation of the integer arithmetic; arguments as forge_recalib_s8_ansi
+ * (opts->arithmetic must be FORGE_RECALIB_ARITH_INT), state int32 [2 C]. The
+ * per-element pass is the affine one (scratch: forge_recalib_scratch_bytes_affine). */
+int forge_recalib_s8_int(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
+                         int32_t C, const float* beta, const float* gamma_abs,
+                         int32_t* state, const forge_recalib_options* opts,
+                         const forge_recalib_quant* quant, int32_t mode,
+                         void* scratch, size_t scratch_bytes, const char** msg);
 
 /* ------------------------------------- Class-balanced statistics (K > 0)
  * SPEC.md "Class-balanced statistics": a layer above the per-channel core. An

@@ -149,7 +149,7 @@ int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
   }
   bool has_momentum = false, has_window = false, has_eps = false,
        has_activation = false, has_variance = false, has_classes = false,
-       has_class_margin = false, has_class_guard = false;
+       has_class_margin = false, has_class_guard = false, has_arithmetic = false;
   for (size_t i = 0; i < keys.size(); ++i) {
     const flexbuffers::Reference key_ref = keys[i];
     if (!key_ref.IsKey()) return Fail(msg, "malformed flexbuffer options: key");
@@ -220,9 +220,17 @@ int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
           (out->class_guard > 0 && out->class_guard < FORGE_RECALIB_MIN_GUARD)) {
         return Fail(msg, "class_guard must be 0 (off) or in [32, 2^24]");
       }
+    } else if (KeyIs(key, "arithmetic")) {
+      if (has_arithmetic) return Fail(msg, "duplicate option key 'arithmetic'");
+      has_arithmetic = true;
+      if (!v.IsString()) return Fail(msg, "option 'arithmetic' must be a string");
+      if (!NameToCode(v.AsString(), forge_recalib_arithmetic_name,
+                      &out->arithmetic)) {
+        return Fail(msg, "unknown arithmetic (float, int)");
+      }
     } else {
       return Fail(msg, "unknown option key (momentum, window, eps, activation, "
-                       "variance, classes, class_margin, class_guard)");
+                       "variance, classes, class_margin, class_guard, arithmetic)");
     }
   }
   if (has_momentum == has_window) {

@@ -1,0 +1,428 @@
+/* FORGE_RECALIB integer arithmetic (option arithmetic = "int") and the integer
+ * statistics pass both arithmetics share.
+ *
+ * Normative: custom_ops/forge_recalib/SPEC.md "Integer arithmetic"; the numpy
+ * reference (forge_tflm/ops/reference.py, int_*) is its executable definition
+ * and this file must match it bit for bit (outputs and state). Integer
+ * operations only: float32 constants (scales, targets, eps, momentum) are read
+ * from their bits, so a core without an FPU runs it without soft-float calls
+ * (tests/custom_ops/test_int_arithmetic.py checks a Cortex-M0 object of this
+ * file). int64 products and divisions are exact; on Armv6-M they are libgcc's
+ * integer helpers. Right shifts of negative values are arithmetic (as in
+ * gemmlowp/TFLite, which every target compiler here provides).
+ *
+ * forge_recalib.c includes this file (so every build's source list stays as it
+ * is); compiled alone it needs -DFORGE_RECALIB_INT_TU, else it is empty.
+ */
+#if defined(FORGE_RECALIB_INT_TU)
+
+#include <string.h>
+
+#include "forge_recalib.h"
+
+/* Rows per int32 block of sum(q*q): 65536 * 128^2 = 2^30 < INT32_MAX. */
+#define FORGE_RECALIB_S2_BLOCK 65536
+#define INT_MU_FRAC 16  /* fraction bits of mu and the batch mean */
+#define INT_VAR_FRAC 12 /* of var and the batch variance */
+#define INT_OUT_FRAC 16 /* of the per-element sum before its rounding */
+#define INT_NEWTON_STEPS 4
+
+/* Integer statistics over M rows of C channels: exact (SPEC step 1). */
+static void stats_pass(const int8_t* x, int32_t M, int32_t C, int64_t* s2,
+                       int32_t* s1, int32_t* s2_blk) {
+  int32_t c, row = 0;
+  for (c = 0; c < C; ++c) {
+    s1[c] = 0;
+    s2[c] = 0;
+  }
+  while (row < M) {
+    int32_t end = M - row > FORGE_RECALIB_S2_BLOCK ? row + FORGE_RECALIB_S2_BLOCK
+                                                   : M;
+    for (c = 0; c < C; ++c) s2_blk[c] = 0;
+    for (; row < end; ++row) {
+      const int8_t* p = x + (size_t)row * (size_t)C;
+      for (c = 0; c < C; ++c) {
+        int32_t q = p[c];
+        s1[c] += q;
+        s2_blk[c] += q * q;
+      }
+    }
+    for (c = 0; c < C; ++c) s2[c] += s2_blk[c];
+  }
+}
+
+static int int_msg(const char** msg, int status, const char* text) {
+  if (msg != NULL) *msg = text;
+  return status;
+}
+
+/* An exact float32 value: (-1)^neg * mant * 2^(exp - 30), mant in [2^30, 2^31)
+ * or 0 (SPEC "fx numbers"). */
+typedef struct {
+  uint32_t neg;
+  uint32_t mant;
+  int32_t exp;
+} fx_t;
+
+static const fx_t kFxOne = {0u, 1u << 30, 0};
+
+/* gemmlowp RoundingDivideByPOT: x / 2^e rounded half away from zero. */
+static int64_t rdbpot64(int64_t x, int32_t e) {
+  const int64_t mask = (int64_t)(((uint64_t)1 << e) - 1u);
+  const int64_t thr = (mask >> 1) + (x < 0 ? 1 : 0);
+  return (x >> e) + ((x & mask) > thr ? 1 : 0);
+}
+
+static int32_t rdbpot32(int32_t x, int32_t e) {
+  const int32_t mask = (int32_t)(((uint32_t)1 << e) - 1u);
+  const int32_t thr = (mask >> 1) + (x < 0 ? 1 : 0);
+  return (x >> e) + ((x & mask) > thr ? 1 : 0);
+}
+
+/* gemmlowp SaturatingRoundingDoublingHighMul. */
+static int32_t srdhm(int32_t a, int32_t b) {
+  int64_t ab, nudge;
+  if (a == INT32_MIN && b == INT32_MIN) return INT32_MAX;
+  ab = (int64_t)a * (int64_t)b;
+  nudge = ab >= 0 ? (int64_t)1 << 30 : 1 - ((int64_t)1 << 30);
+  return (int32_t)((ab + nudge) / ((int64_t)1 << 31));
+}
+
+static int32_t sat32(int64_t v) {
+  return v > INT32_MAX ? INT32_MAX : v < INT32_MIN ? INT32_MIN : (int32_t)v;
+}
+
+/* n / d rounded half away from zero, d > 0. */
+static int64_t div_round(int64_t n, int64_t d) {
+  const uint64_t q = ((n < 0 ? (uint64_t)0 - (uint64_t)n : (uint64_t)n) +
+                      (uint64_t)(d >> 1)) / (uint64_t)d;
+  return n < 0 ? -(int64_t)q : (int64_t)q;
+}
+
+static uint32_t bits_of(const float* f) {
+  uint32_t b;
+  memcpy(&b, f, sizeof(b)); /* an integer load: no float operation */
+  return b;
+}
+
+static fx_t fx_of(uint32_t bits) {
+  fx_t r;
+  uint32_t biased = (bits >> 23) & 255u, frac = bits & 0x7FFFFFu;
+  r.neg = bits >> 31;
+  r.exp = 0;
+  if (biased == 0 && frac == 0) {
+    r.mant = 0;
+    return r;
+  }
+  if (biased == 0) { /* subnormal */
+    r.exp = -126;
+    while (frac < (1u << 23)) {
+      frac <<= 1;
+      --r.exp;
+    }
+  } else {
+    r.exp = (int32_t)biased - 127;
+    frac |= 1u << 23;
+  }
+  r.mant = frac << 7;
+  return r;
+}
+
+static fx_t fx_make(uint32_t neg, uint64_t mant, int32_t exp) {
+  fx_t r;
+  r.neg = neg;
+  r.mant = mant == ((uint64_t)1 << 31) ? 1u << 30 : (uint32_t)mant;
+  r.exp = mant == ((uint64_t)1 << 31) ? exp + 1 : exp;
+  return r;
+}
+
+static fx_t fx_mul(fx_t a, fx_t b) {
+  uint64_t p;
+  if (a.mant == 0 || b.mant == 0) return fx_make(a.neg ^ b.neg, 0, 0);
+  p = (uint64_t)a.mant * (uint64_t)b.mant;
+  if (p >= (uint64_t)1 << 61) {
+    return fx_make(a.neg ^ b.neg, (uint64_t)rdbpot64((int64_t)p, 31),
+                   a.exp + b.exp + 1);
+  }
+  return fx_make(a.neg ^ b.neg, (uint64_t)rdbpot64((int64_t)p, 30), a.exp + b.exp);
+}
+
+/* a / b, b != 0 (a scale, which validation keeps in [2^-40, 2^40]). */
+static fx_t fx_div(fx_t a, fx_t b) {
+  if (a.mant == 0) return fx_make(a.neg ^ b.neg, 0, 0);
+  if (a.mant >= b.mant) {
+    return fx_make(a.neg ^ b.neg,
+                   (uint64_t)div_round((int64_t)a.mant << 30, b.mant), a.exp - b.exp);
+  }
+  return fx_make(a.neg ^ b.neg, (uint64_t)div_round((int64_t)a.mant << 31, b.mant),
+                 a.exp - b.exp - 1);
+}
+
+/* round(a * 2^frac), ties away from zero, clamped to [lo, hi]. */
+static int64_t fx_fixed(fx_t a, int32_t frac, int64_t lo, int64_t hi) {
+  const int32_t sh = a.exp - 30 + frac;
+  int64_t v;
+  if (a.mant == 0 || sh < -62) {
+    v = 0;
+  } else if (sh > 32) {
+    v = INT64_MAX;
+  } else if (sh >= 0) {
+    v = (int64_t)a.mant << sh;
+  } else {
+    v = rdbpot64((int64_t)a.mant, -sh);
+  }
+  if (a.neg) v = -v;
+  return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* Per-tensor constants (SPEC "Integer arithmetic", I0). */
+typedef struct {
+  fx_t inv_sx, inv_sy;
+  int32_t eps_v;
+} int_tensor;
+
+static int_tensor int_tensor_of(const forge_recalib_quant* quant,
+                                const forge_recalib_options* opts) {
+  int_tensor t;
+  t.inv_sx = fx_div(kFxOne, fx_of(bits_of(&quant->s_x)));
+  t.inv_sy = fx_div(kFxOne, fx_of(bits_of(&quant->s_y)));
+  t.eps_v = (int32_t)fx_fixed(fx_mul(fx_of(bits_of(&opts->eps)),
+                                     fx_mul(t.inv_sx, t.inv_sx)),
+                              INT_VAR_FRAC, 1, FORGE_RECALIB_INT_VAR_MAX);
+  return t;
+}
+
+/* The EMA rate m in Q31 (step I3). */
+static int32_t int_rate(const forge_recalib_options* opts, int32_t N) {
+  if (opts->use_window) {
+    const int64_t m = div_round((int64_t)N << 31, opts->window);
+    return m > INT32_MAX ? INT32_MAX : (int32_t)m;
+  }
+  return (int32_t)fx_fixed(fx_of(bits_of(&opts->momentum)), 31, 0, INT32_MAX);
+}
+
+/* Channel c's reset values (I1): beta / s_x (Q16), (gamma_abs / s_x)^2 (Q12). */
+static void int_reset_channel(const float* beta, const float* gamma_abs,
+                              int32_t c, fx_t inv_sx, int32_t* mu, int32_t* var) {
+  const fx_t gx = fx_mul(fx_of(bits_of(&gamma_abs[c])), inv_sx);
+  *mu = (int32_t)fx_fixed(fx_mul(fx_of(bits_of(&beta[c])), inv_sx), INT_MU_FRAC,
+                          -FORGE_RECALIB_INT_MU_MAX, FORGE_RECALIB_INT_MU_MAX);
+  *var = (int32_t)fx_fixed(fx_mul(gx, gx), INT_VAR_FRAC, 0,
+                           FORGE_RECALIB_INT_VAR_MAX);
+}
+
+/* 1 / sqrt(v / 2^12), v in [1, VAR_MAX]: Newton's iteration in Q29 on v shifted
+ * by an even count into [2^28, 2^30) (step I5). */
+static fx_t int_inv_sqrt(int32_t v) {
+  int32_t bits = 0, j, k;
+  int64_t n, y;
+  while (bits < 31 && (v >> bits) != 0) ++bits;
+  j = (30 - bits) >> 1;
+  n = (int64_t)v << (2 * j);
+  y = 1207959552 - 5 * (n >> 3); /* 2.25 - 1.25 X in Q29, X = n / 2^30 */
+  for (k = 0; k < INT_NEWTON_STEPS; ++k) {
+    const int64_t y2 = rdbpot64(y * y, 29);
+    const int64_t t = rdbpot64(n * y2, 30);
+    y = rdbpot64(y * (3 * ((int64_t)1 << 29) - t), 30);
+  }
+  if (y >= (int64_t)1 << 30) return fx_make(0, (uint64_t)y, j - 8);
+  return fx_make(0, (uint64_t)(2 * y), j - 9);
+}
+
+/* Steps I5-I7 for one channel: the quantized multiplier, its right shift and
+ * the bias of the per-element sum. */
+static void int_coefficients(int32_t mu, int32_t var, const float* beta,
+                             const float* gamma_abs, int32_t c,
+                             const int_tensor* t, int32_t z_y, int32_t* mult,
+                             int32_t* shift, int32_t* bias) {
+  int64_t vpe = (int64_t)var + t->eps_v, by;
+  fx_t a;
+  if (vpe > FORGE_RECALIB_INT_VAR_MAX) vpe = FORGE_RECALIB_INT_VAR_MAX;
+  a = fx_mul(fx_mul(fx_of(bits_of(&gamma_abs[c])), t->inv_sy),
+             int_inv_sqrt((int32_t)vpe));
+  if (a.mant == 0 || a.exp < -25) {
+    *mult = 0;
+    *shift = 0;
+  } else if (a.exp > 6) {
+    *mult = INT32_MAX;
+    *shift = 0;
+  } else {
+    *mult = (int32_t)a.mant;
+    *shift = 6 - a.exp;
+  }
+  by = fx_fixed(fx_mul(fx_of(bits_of(&beta[c])), t->inv_sy), INT_OUT_FRAC,
+                -((int64_t)1 << 30), (int64_t)1 << 30);
+  *bias = sat32(by + (int64_t)z_y * (1 << INT_OUT_FRAC) -
+                rdbpot64((int64_t)mu * *mult, 24 + *shift));
+}
+
+/* Steps I2-I4 for one channel from its sums: the state's EMA update. */
+static void int_update(int32_t s1, int64_t s2, int32_t M, int32_t z_x,
+                       int32_t m31, int running, int32_t* mu, int32_t* var) {
+  const int64_t m64 = M;
+  const int64_t mean = div_round(((int64_t)s1 - m64 * z_x) * (1 << INT_MU_FRAC), m64);
+  /* round(D * 2^12 / M^2), D = M*S2 - S1^2 >= 0: floor(D * 2^13 / M^2) as two
+   * exact floor divisions by M (D * 2^13 itself may pass 2^63). */
+  const int64_t d = m64 * s2 - (int64_t)s1 * s1;
+  const int64_t f = (d / m64) * ((int64_t)1 << (INT_VAR_FRAC + 1)) +
+                    ((d % m64) << (INT_VAR_FRAC + 1)) / m64;
+  const int64_t var_b = ((f / m64) + 1) >> 1;
+  const int32_t mu_new = *mu + srdhm((int32_t)(mean - *mu), m31);
+  int64_t v_used = var_b;
+  if (running) {
+    const int64_t dm = mean - mu_new;
+    int64_t d2 = rdbpot64(dm * dm, 2 * INT_MU_FRAC - INT_VAR_FRAC);
+    if (d2 > FORGE_RECALIB_INT_VAR_MAX) d2 = FORGE_RECALIB_INT_VAR_MAX;
+    v_used += d2;
+  }
+  if (v_used > FORGE_RECALIB_INT_VAR_MAX) v_used = FORGE_RECALIB_INT_VAR_MAX;
+  *mu = mu_new;
+  *var = *var + srdhm((int32_t)(v_used - *var), m31);
+}
+
+/* Step I8: y from x with each channel's multiplier, shift and bias. */
+static void int_affine_pass(const int8_t* x, int8_t* y, int32_t M, int32_t C,
+                            const int32_t* mult, const int32_t* shift,
+                            const int32_t* bias, const forge_recalib_quant* quant) {
+  const int32_t z_x = quant->z_x, qmin = quant->qmin, qmax = quant->qmax;
+  int32_t row, c;
+  for (row = 0; row < M; ++row) {
+    const int8_t* xp = x + (size_t)row * (size_t)C;
+    int8_t* yp = y + (size_t)row * (size_t)C;
+    for (c = 0; c < C; ++c) {
+      const int32_t u = (int32_t)xp[c] - z_x; /* |u| <= 255: u * 2^23 fits */
+      const int32_t p = rdbpot32(srdhm(u * (1 << 23), mult[c]), shift[c]);
+      int32_t v = rdbpot32(sat32((int64_t)p + bias[c]), INT_OUT_FRAC);
+      v = v < qmin ? qmin : v > qmax ? qmax : v;
+      yp[c] = (int8_t)v;
+    }
+  }
+}
+
+/* The checks forge_recalib_validate_options makes of what this arithmetic
+ * reads, on integers and bits (momentum in [0, 1], eps finite and > 0). */
+static int int_options_ok(const forge_recalib_options* opts) {
+  const uint32_t eps = bits_of(&opts->eps), m = bits_of(&opts->momentum);
+  if (opts->arithmetic != FORGE_RECALIB_ARITH_INT || opts->classes != 0) return 0;
+  if (opts->variance != FORGE_RECALIB_VAR_BATCH &&
+      opts->variance != FORGE_RECALIB_VAR_RUNNING) {
+    return 0;
+  }
+  if (!(eps > 0u && eps < 0x7F800000u)) return 0;
+  if (opts->use_window == 1) return opts->window >= 1;
+  return opts->use_window == 0 && (m <= 0x3F800000u || m == 0x80000000u);
+}
+
+int forge_recalib_int_state_reset(const forge_recalib_quant* quant,
+                                  const float* beta, const float* gamma_abs,
+                                  int32_t C, int32_t* state, const char** msg) {
+  int_tensor t;
+  int32_t c;
+  if (quant == NULL || beta == NULL || gamma_abs == NULL || state == NULL) {
+    return int_msg(msg, FORGE_RECALIB_ERR_NULL, "a required pointer is NULL");
+  }
+  if (C < 1 || C > FORGE_RECALIB_MAX_C) {
+    return int_msg(msg, FORGE_RECALIB_ERR_SHAPE, "channel count must be in [1, 65536]");
+  }
+  if (quant->magic != FORGE_RECALIB_QUANT_MAGIC) {
+    return int_msg(msg, FORGE_RECALIB_ERR_QUANT,
+                   "quant was not built by forge_recalib_prepare_quant");
+  }
+  for (c = 0; c < C; ++c) { /* 0x53800000: 2^40; NaN and inf are above it */
+    const uint32_t b = bits_of(&beta[c]), g = bits_of(&gamma_abs[c]);
+    if ((b & 0x7FFFFFFFu) > 0x53800000u) {
+      return int_msg(msg, FORGE_RECALIB_ERR_TARGETS,
+                     "beta must be finite with |beta| <= 2^40");
+    }
+    if (g > 0x53800000u && g != 0x80000000u) {
+      return int_msg(msg, FORGE_RECALIB_ERR_TARGETS,
+                     "gamma_abs must be finite with 0 <= gamma_abs <= 2^40");
+    }
+  }
+  t.inv_sx = fx_div(kFxOne, fx_of(bits_of(&quant->s_x)));
+  for (c = 0; c < C; ++c) {
+    int_reset_channel(beta, gamma_abs, c, t.inv_sx, &state[c], &state[C + c]);
+  }
+  return int_msg(msg, FORGE_RECALIB_OK, "ok");
+}
+
+/* Validates one call of forge_recalib_s8_int. */
+static int int_check(const int8_t* x, const int8_t* y, int32_t N, int32_t HW,
+                     int32_t C, const float* beta, const float* gamma_abs,
+                     const int32_t* state, const forge_recalib_options* opts,
+                     const forge_recalib_quant* quant, int32_t mode,
+                     const void* scratch, size_t scratch_bytes, const char** msg) {
+  if (x == NULL || y == NULL || beta == NULL || gamma_abs == NULL ||
+      state == NULL || opts == NULL || quant == NULL || scratch == NULL) {
+    return int_msg(msg, FORGE_RECALIB_ERR_NULL, "a required pointer is NULL");
+  }
+  if (N < 1 || HW < 1 || N > FORGE_RECALIB_MAX_M || HW > FORGE_RECALIB_MAX_M ||
+      (int64_t)N * HW > FORGE_RECALIB_MAX_M || C < 1 || C > FORGE_RECALIB_MAX_C) {
+    return int_msg(msg, FORGE_RECALIB_ERR_SHAPE, "N*H*W or C out of range");
+  }
+  if (!int_options_ok(opts)) {
+    return int_msg(msg, FORGE_RECALIB_ERR_OPTIONS, "invalid options for arithmetic int");
+  }
+  if (quant->magic != FORGE_RECALIB_QUANT_MAGIC || quant->activation != opts->activation) {
+    return int_msg(msg, FORGE_RECALIB_ERR_QUANT, "quant not prepared for these options");
+  }
+  if (mode != FORGE_RECALIB_MODE_ADAPT && mode != FORGE_RECALIB_MODE_FROZEN &&
+      mode != FORGE_RECALIB_MODE_SOURCE) {
+    return int_msg(msg, FORGE_RECALIB_ERR_MODE, "unknown mode");
+  }
+  if (((uintptr_t)scratch & 7u) != 0 || scratch_bytes < (size_t)24 * (size_t)C) {
+    return int_msg(msg, FORGE_RECALIB_ERR_SCRATCH,
+                   "scratch too small or not 8-byte aligned");
+  }
+  return FORGE_RECALIB_OK;
+}
+
+int forge_recalib_s8_int(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
+                         int32_t C, const float* beta, const float* gamma_abs,
+                         int32_t* state, const forge_recalib_options* opts,
+                         const forge_recalib_quant* quant, int32_t mode,
+                         void* scratch, size_t scratch_bytes, const char** msg) {
+  /* Scratch as the float path's (SPEC "Scratch"): S2, S1, then the S2 block
+   * sums' area holds the shifts once the sums are read, A the multipliers and
+   * B the biases. */
+  uint8_t* base = (uint8_t*)scratch;
+  int64_t* s2 = (int64_t*)base;
+  int32_t *s1, *shift, *mult, *bias, c, mu, var, m31;
+  int_tensor t;
+  const int status = int_check(x, y, N, HW, C, beta, gamma_abs, state, opts, quant,
+                               mode, scratch, scratch_bytes, msg);
+  if (status != FORGE_RECALIB_OK) return status;
+  s1 = (int32_t*)(base + (size_t)8 * (size_t)C);
+  shift = (int32_t*)(base + (size_t)12 * (size_t)C);
+  mult = (int32_t*)(base + (size_t)16 * (size_t)C);
+  bias = (int32_t*)(base + (size_t)20 * (size_t)C);
+  t = int_tensor_of(quant, opts);
+  m31 = int_rate(opts, N);
+  if (mode == FORGE_RECALIB_MODE_ADAPT) stats_pass(x, N * HW, C, s2, s1, shift);
+  for (c = 0; c < C; ++c) {
+    int_reset_channel(beta, gamma_abs, c, t.inv_sx, &mu, &var);
+    if (mode != FORGE_RECALIB_MODE_SOURCE) {
+      const int32_t m = state[c], v = state[C + c];
+      /* SPEC "Repair": a channel outside the state's range restarts. */
+      if (m >= -FORGE_RECALIB_INT_MU_MAX && m <= FORGE_RECALIB_INT_MU_MAX &&
+          v >= 0 && v <= FORGE_RECALIB_INT_VAR_MAX) {
+        mu = m;
+        var = v;
+      }
+    }
+    if (mode == FORGE_RECALIB_MODE_ADAPT) {
+      int_update(s1[c], s2[c], N * HW, quant->z_x, m31,
+                 opts->variance == FORGE_RECALIB_VAR_RUNNING, &mu, &var);
+    }
+    if (mode != FORGE_RECALIB_MODE_SOURCE) {
+      state[c] = mu;
+      state[C + c] = var;
+    }
+    int_coefficients(mu, var, beta, gamma_abs, c, &t, quant->z_y, &mult[c],
+                     &shift[c], &bias[c]);
+  }
+  int_affine_pass(x, y, N * HW, C, mult, shift, bias, quant);
+  return int_msg(msg, FORGE_RECALIB_OK, "ok");
+}
+
+#endif /* FORGE_RECALIB_INT_TU */

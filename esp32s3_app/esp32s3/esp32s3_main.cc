@@ -1,0 +1,113 @@
+// ESP32-S3 emulation target of the FORGE application core (qemu-system-xtensa
+// -machine esp32s3): the model and the int8 images are compiled in
+// (forge_app_data.cc from forge_tflm.deploy.write_c_arrays, in flash behind
+// the cache), lines go out through UART0, the clock is CCOUNT.
+//
+// Clock: QEMU's CCOUNT runs at the core clock of its virtual time; under
+// `-icount shift=0` every instruction advances virtual time by 1 ns, so one
+// CCOUNT tick is a fixed number of instructions. At boot the target times a
+// loop of known length (2 instructions per iteration), prints the ratio in an
+// "esp32s3" line and from then on reports time in instructions
+// (ticks * ratio), with clock_hz=1000000000 (1 instruction = 1 virtual ns).
+// Without -icount the same numbers are only wall-time estimates.
+//
+// Arguments (QEMU's -append, read through Xtensa semihosting, -semihosting):
+//   --trace=none|forge|all  (default forge)   --frozen   --images=N
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "forge_app.h"
+
+// forge_app_data.cc (linked in per run); its forge_app_data.h declarations.
+extern const uint8_t forge_app_model[];
+extern const size_t forge_app_model_size;
+extern const int8_t forge_app_images[];
+extern const size_t forge_app_num_images;
+
+extern "C" {
+void esp32s3_write0(const char* s);
+const char* esp32s3_cmdline(char* buf, int size);
+uint64_t esp32s3_ccount64(void);
+}
+
+#ifndef FORGE_ESP32S3_ARENA_BYTES
+#define FORGE_ESP32S3_ARENA_BYTES (160 * 1024)
+#endif
+
+namespace {
+
+constexpr uint32_t kCalibIterations = 5000000;  // 10M instructions
+
+alignas(16) uint8_t g_arena[FORGE_ESP32S3_ARENA_BYTES];
+uint64_t g_ratio_x1000 = 1000;  // instructions per CCOUNT tick, x1000
+char g_cmdline[256];
+
+uint64_t ClockInstructions(void*) { return esp32s3_ccount64() * g_ratio_x1000 / 1000u; }
+
+void WriteLine(void*, const char* line) { esp32s3_write0(line); }
+
+const char* Dec(uint64_t v, char* buf) {
+  char tmp[24];
+  int n = 0;
+  do {
+    tmp[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  for (int i = 0; i < n; ++i) buf[i] = tmp[n - 1 - i];
+  buf[n] = '\0';
+  return buf;
+}
+
+void Calibrate() {
+  const uint64_t t0 = esp32s3_ccount64();
+  uint32_t n = kCalibIterations;
+  // addi + bnez: 2 instructions per iteration (no zero-overhead loop: counted).
+  __asm__ volatile("1: addi %0, %0, -1\n bnez %0, 1b" : "+r"(n));
+  const uint64_t ticks = esp32s3_ccount64() - t0;
+  const uint64_t instructions = 2ull * kCalibIterations;
+  if (ticks > 0) g_ratio_x1000 = (instructions * 1000u + ticks / 2) / ticks;
+  char a[24], b[24], c[24];
+  esp32s3_write0("esp32s3 board=qemu calib_instructions=");
+  esp32s3_write0(Dec(instructions, a));
+  esp32s3_write0(" calib_ticks=");
+  esp32s3_write0(Dec(ticks, b));
+  esp32s3_write0(" instructions_per_tick_x1000=");
+  esp32s3_write0(Dec(g_ratio_x1000, c));
+  esp32s3_write0("\n");
+}
+
+bool HasArg(const char* cmdline, const char* arg) {
+  const size_t n = strlen(arg);
+  for (const char* p = strstr(cmdline, arg); p != nullptr; p = strstr(p + 1, arg)) {
+    const bool start = (p == cmdline || p[-1] == ' ');
+    const bool end = (p[n] == '\0' || p[n] == ' ');
+    if (start && end) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int main() {
+  const char* cmdline = esp32s3_cmdline(g_cmdline, sizeof(g_cmdline));
+  Calibrate();
+  ForgeAppConfig config;
+  config.model = forge_app_model;
+  config.model_size = forge_app_model_size;
+  config.arena = g_arena;
+  config.arena_size = sizeof(g_arena);
+  config.images = forge_app_images;
+  config.num_images = forge_app_num_images;
+  config.trace = FORGE_APP_TRACE_FORGE;
+  if (HasArg(cmdline, "--trace=none")) config.trace = FORGE_APP_TRACE_NONE;
+  if (HasArg(cmdline, "--trace=all")) config.trace = FORGE_APP_TRACE_ALL;
+  if (HasArg(cmdline, "--frozen")) config.adapt = false;
+  const char* images = strstr(cmdline, "--images=");
+  if (images != nullptr) {
+    const unsigned long n = strtoul(images + 9, nullptr, 10);
+    if (n < config.num_images) config.num_images = n;
+  }
+  ForgeAppPlatform platform = {ClockInstructions, 1000000000ull, WriteLine, nullptr, nullptr};
+  return ForgeAppRun(platform, config) == 0 ? 0 : 1;
+}

@@ -1,0 +1,254 @@
+"""The application core on the emulated ESP32-S3 (qemu-system-xtensa -machine esp32s3)
+matches the host evaluator, with ESP-NN's _esp32s3 (PIE SIMD) kernels.
+
+Builds esp32s3_app/esp32s3 with the xtensa-esp32s3-elf toolchain and runs it on the
+esp32s3 QEMU machine, both from ../shared/toolchains (extracted into the build cache by
+tests/third_party.esp32s3_tools), against esp-tflite-micro 99f49e1 (its kernels/esp_nn/
+adapters) and ESP-NN d45b843 built as ESP-IDF builds it for the S3 (CONFIG_NN_OPTIMIZED,
+-mlongcalls, -ffp-contract=off). Code and data sit in the chip's 512 KB of internal
+SRAM, the model and the images in flash behind the cache (a 2-16 MB image passed to
+QEMU as an MTD drive; esp32s3_app/esp32s3/README.md).
+
+Same rule and helpers as tests/deploy/test_cortexm.py (the ResNet-20 artifacts, the
+gaussian_noise-5 stream, tests/deploy/parity.check_parity): every op's output, every
+FORGE state and the logits identical to the evaluator, image by image. Parity runs go
+without -icount (~0.3 s per image; with it ~2.6 s): N_IMAGES per artifact in CI,
+FORGE_TFLM_ESP32S3_IMAGES=200 for the whole stream. The cost test runs 3 images under
+-icount shift=0. The FC-width test runs ESP-NN's S3 fully-connected kernels against
+_ansi over widths that are and are not multiples of 8 (espressif/esp-nn issue 34).
+
+Skips (with the reason) without the toolchain/QEMU tarballs or QEMU's runtime
+libraries, the third-party snapshots or the dataset. Objects live in the build cache
+($FORGE_TFLM_BUILD_CACHE/esp32s3/<build>).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from tests import third_party
+from tests.deploy import test_cortexm as cm
+from tests.deploy.parity import check_parity
+from tests.conftest import REPO_ROOT
+
+ESP32S3_DIR = os.path.join(REPO_ROOT, "esp32s3_app", "esp32s3")
+ARTIFACTS = cm.ARTIFACTS
+_ENV_IMAGES = os.environ.get("FORGE_TFLM_ESP32S3_IMAGES")
+N_IMAGES = int(_ENV_IMAGES) if _ENV_IMAGES else 20
+TIMINGS: dict[str, float] = {}
+
+
+# ------------------------------------------------------------ tools, helpers
+
+def _tools() -> tuple[str, str]:
+  prefix, qemu = third_party.esp32s3_tools()
+  if prefix is None:
+    pytest.skip(qemu)
+  return prefix, qemu
+
+
+def make(goals: list[str], ops: list[str] | None = None, build_name: str = "r20") -> None:
+  """Runs esp32s3_app/esp32s3's Makefile (nice, -j2) under a per-build-folder lock."""
+  prefix, _ = _tools()
+  tp = third_party
+  build = os.path.join(tp.build_cache(), "esp32s3", build_name)
+  args = [f"PREFIX={prefix}", f"BUILD_DIR={build}",
+          f"TFLM_DIR={tp.snapshot('esp-tflite-micro')}", f"ESP_NN_DIR={tp.snapshot('esp-nn')}"]
+  args += ["OPS=" + " ".join(ops)] if ops else []
+  with cm._locked(build + ".lock"):
+    r = subprocess.run(["nice", "make", "-C", ESP32S3_DIR, "-j2"] + goals + args,
+                       capture_output=True, text=True)
+  if r.returncode != 0:
+    raise RuntimeError(f"make {' '.join(goals)} failed:\n{r.stdout[-3000:]}{r.stderr[-6000:]}")
+
+
+def build_elf(gen_dir: str, **build) -> str:
+  """Links the ELF (and its flash image, <elf>.flash.bin) with gen_dir's C arrays."""
+  elf = os.path.join(gen_dir, "forge_app_esp32s3.elf")
+  make(["all", f"GEN_DIR={gen_dir}", f"ELF={elf}"], **build)
+  return elf
+
+
+def qemu_command(elf: str, out_file: str, args: str = "", icount: bool = False,
+                 flash: str | None = None) -> list[str]:
+  """qemu-system-xtensa on the esp32s3 machine: UART0 to out_file, the flash image as
+  an MTD drive, semihosting for -append and the exit status."""
+  _, qemu = _tools()
+  flash = flash or elf[:-len(".elf")] + ".flash.bin"
+  cmd = [os.path.join(qemu, "bin", "qemu-system-xtensa"), "-machine", "esp32s3",
+         "-L", os.path.join(qemu, "share"), "-display", "none", "-monitor", "none",
+         "-serial", f"file:{out_file}", "-semihosting",
+         "-drive", f"file={flash},if=mtd,format=raw,readonly=on", "-kernel", elf]
+  cmd += ["-icount", "shift=0"] if icount else []
+  return cmd + (["-append", args] if args else [])
+
+
+def run_qemu(elf: str, args: str = "", icount: bool = False, timeout: float = 1800,
+             flash: str | None = None) -> tuple[str, dict]:
+  """Runs `elf`; returns (its UART output, the fields of its "esp32s3" line)."""
+  out_file = elf + f".{os.getpid()}.{time.monotonic_ns()}.out"
+  cmd = qemu_command(elf, out_file, args, icount, flash)
+  try:
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                       stdin=subprocess.DEVNULL)
+    text = open(out_file).read() if os.path.exists(out_file) else ""
+  finally:
+    if os.path.exists(out_file):
+      os.remove(out_file)
+  if r.returncode != 0:
+    raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}\n{text[-3000:]}{r.stderr[-2000:]}")
+  m = re.search(r"^esp32s3 (.*)$", text, re.M)
+  calib = dict(f.split("=", 1) for f in m.group(1).split()) if m else {}
+  return text, calib
+
+
+# ------------------------------------------------------------------ fixtures
+
+@pytest.fixture(scope="session")
+def tools():
+  _tools()
+
+
+@pytest.fixture(scope="session")
+def lib(tools) -> None:
+  t0 = time.time()
+  make(["lib"])
+  TIMINGS["build_lib"] = round(time.time() - t0, 1)
+
+
+@pytest.fixture(scope="session")
+def artifacts(tools) -> dict[str, str]:
+  if not os.path.isdir(cm.DATA_DIR):
+    pytest.skip(f"needs CIFAR-10 at {cm.DATA_DIR}")
+  return cm.artifact_paths()
+
+
+@pytest.fixture(scope="session")
+def stream(tools, tmp_path_factory):
+  from forge_tflm import deploy
+
+  if not os.path.isdir(cm.DATA_DIR):
+    pytest.skip(f"needs CIFAR-10 at {cm.DATA_DIR}")
+  return deploy.corrupted_stream(cm.DATA_DIR, "gaussian_noise", 5, limit=cm.STREAM_LIMIT,
+                                 cache_dir=str(tmp_path_factory.getbasetemp() / "corr"))
+
+
+def _elf_for(artifact: str, images, tag: str) -> tuple[str, np.ndarray]:
+  from forge_tflm import deploy
+
+  x = deploy.model_input(artifact, images)
+  return build_elf(cm.gen_dir_for(artifact, x, tag)), x
+
+
+# --------------------------------------------------------------------- tests
+
+def _parity(lib, artifacts, stream, name, n):
+  from forge_tflm import deploy
+
+  elf, x = _elf_for(artifacts[name], stream.images[:n], name)
+  t0 = time.time()
+  text, calib = run_qemu(elf, "--trace=all")
+  TIMINGS[f"qemu_{name}_{n}"] = round(time.time() - t0, 1)
+  run = deploy.parse_app_output(text)
+  exp = deploy.expected_outputs(artifacts[name], x, trace="all")
+  identical = check_parity(f"esp32s3/{name}", run, exp)
+  assert len(run.forge_ops) == {"forge_all": 21, "forge_3": 3, "plain": 0}[name]
+  assert int(run.header["fc_guard"]) == 1  # ResNet-20's 10-wide per-channel FC
+  print(f"\nesp32s3/{name}: {n} images, {identical}/{n} identical logits, every op and "
+        f"FORGE state bit-identical; arena_used={run.mem['arena_used']}; {TIMINGS}")
+
+
+@pytest.mark.parametrize("name", ARTIFACTS)
+def test_esp32s3_matches_evaluator(lib, artifacts, stream, name):
+  _parity(lib, artifacts, stream, name, N_IMAGES)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ARTIFACTS)
+def test_esp32s3_matches_evaluator_whole_stream(lib, artifacts, stream, name):
+  _parity(lib, artifacts, stream, name, cm.STREAM_LIMIT)
+
+
+def test_export_firmware_runs_bit_exact_on_esp32s3(lib, artifacts, tmp_path):
+  """export-firmware -> the emulated S3 -> verify-device: bit-exact, exit status 0."""
+  from forge_tflm.cli.main import main as cli
+
+  gen = tmp_path / "generated"
+  with pytest.MonkeyPatch.context() as mp:
+    if "FORGE_TFLM_CACHE" not in os.environ:
+      mp.setenv("FORGE_TFLM_CACHE", str(tmp_path / "cache"))
+    assert cli(["forge_tflm", "export-firmware", artifacts["forge_all"],
+                f"--data_dir={cm.DATA_DIR}", "--images=4", "--corruption=fog", "--seed=3",
+                f"--output_dir={gen}"]) == 0
+  text, _ = run_qemu(build_elf(str(gen)), "--trace=forge")
+  (tmp_path / "qemu.log").write_text(text)
+  assert cli(["forge_tflm", "verify-device", str(tmp_path / "qemu.log"),
+              f"--expected={gen}"]) == 0, text[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(reason="open: per-image CCOUNT counts under -icount shift=0 vary "
+                   "(34M-86M for the same work); the calibration reads 42.9 MHz, not the "
+                   "machine's 40 MHz. Suspect: the esp32s3 machine's second vCPU (-smp 1 "
+                   "does not boot) shares the icount clock", strict=False)
+def test_esp32s3_instruction_counts(lib, artifacts, stream):
+  """-icount shift=0: CCOUNT calibrated to instructions, per-op counts add up to the
+  inference and repeat image after image (after the first, which costs more: measured
+  +11.7M instructions on FORGE 21 sites, not yet explained), FORGE's share is a few
+  percent."""
+  from forge_tflm import deploy
+
+  runs = {}
+  for name in ("forge_all", "plain"):
+    elf, _ = _elf_for(artifacts[name], stream.images[:3], name)
+    text, calib = run_qemu(elf, "--trace=none", icount=True)
+    run = deploy.parse_app_output(text)
+    assert run.ok and len(run.ticks) == 3, text[-2000:]
+    assert int(calib["calib_instructions"]) == 10_000_000, calib
+    per_op, total = sum(c["ticks"] for c in run.cost), int(run.done["ticks"])
+    assert 0.98 * total < per_op <= 1.001 * total, (per_op, total)
+    assert np.ptp(run.ticks[1:]) < 0.001 * np.mean(run.ticks[1:]), run.ticks
+    runs[name] = run
+  forge = runs["forge_all"]
+  share = forge.cost_type["FORGE_RECALIB"]["ticks"] / int(forge.done["ticks"])
+  assert 0.005 < share < 0.4, share
+  print(f"\nesp32s3: instructions/inference {list(map(int, forge.ticks))} with FORGE (21 "
+        f"sites, _ansi core), FORGE {share:.1%}; plain {list(map(int, runs['plain'].ticks))}")
+
+
+def _fc_cases(text: str) -> list[dict]:
+  cases = [dict(f.split("=", 1) for f in line.split()[1:])
+           for line in text.splitlines() if line.startswith("fc kind=")]
+  done = re.search(r"^fc_done cases=(\d+)", text, re.M)
+  assert done and int(done.group(1)) == len(cases) > 0, text[-2000:]
+  return cases
+
+
+def test_esp_nn_s3_fully_connected_widths(tools):
+  """ESP-NN's S3 FC kernels vs _ansi on widths 1..64 (multiples of 8 and not), on both
+  of the S3 dispatcher's paths (s8 SIMD dot product; s16 assembly fallback for
+  row_len < 16 or an unaligned input). Finding (ESP-NN d45b843 under this QEMU): with a
+  16-byte aligned input, as TFLM's arena gives every tensor, every width is bit-exact
+  on both paths and nothing is written past the output, so the width is not what
+  matters (espressif/esp-nn issue 34 does not reproduce here). With a misaligned input
+  the s16 path differs at every width (README: emulator or kernel, not decidable here)."""
+  make(["fc-check"])
+  elf = os.path.join(third_party.build_cache(), "esp32s3", "r20", "fc_width_check.elf")
+  text, _ = run_qemu(elf)
+  cases = _fc_cases(text)
+  assert all(c["canary"] == "ok" for c in cases)
+  aligned = [c for c in cases if c["misalign"] == "0"]
+  assert {c["path"] for c in aligned} == {"s8", "s16"}
+  assert {int(c["width"]) % 8 == 0 for c in aligned} == {True, False}
+  bad = [c for c in aligned if c["mismatches"] != "0"]
+  assert not bad, bad
+  misaligned = [c for c in cases if c["misalign"] == "1"]
+  differ = np.mean([c["mismatches"] != "0" for c in misaligned])
+  print(f"\nESP-NN S3 FC: {len(aligned)} aligned cases bit-exact (widths 1..64, both "
+        f"paths); misaligned input (s16 path): {differ:.0%} of cases differ")
