@@ -37,15 +37,12 @@ import os
 
 import numpy as np
 
+from forge_tflm.errors import ArtifactError
 from forge_tflm.ops import RecalibOptions
 from forge_tflm.ops.memory import NodeMemory
 
 SCHEMA_VERSION = 2
 BYTES_PER_CHANNEL_TARGETS = 8  # beta, |gamma|: float32 each, const (flash).
-
-
-class ArtifactError(ValueError):
-  """A model/manifest pair that cannot be used; the message is one line."""
 
 
 # -- the manifest schema: one reader, every field's type and range ----------------------

@@ -50,7 +50,7 @@ import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from forge_tflm import tflite_graph as tg
-from forge_tflm.artifact import ArtifactError
+from forge_tflm.errors import ArtifactError
 
 # Limits. Elements and bytes of one tensor stay below 2^31 (kernels index with int);
 # all tensors of the model together at their declared shapes (batch 1 for our models)

@@ -16,6 +16,7 @@ import os
 import numpy as np
 
 from forge_tflm.c_source import byte_rows, comment_text
+from forge_tflm.runtime.inputs import model_input  # noqa: F401  (re-exported)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,25 +48,6 @@ def corrupted_stream(data_dir: str | None, corruption: str = "gaussian_noise",
   order = ordering(len(clean.labels), ordering_index, seed)
   return ImageStream(f"{corruption}-{severity}" if corruption != "clean" else "clean",
                      images[order], np.asarray(clean.labels)[order], order)
-
-
-def model_input(artifact, images_uint8: np.ndarray, manifest=None) -> np.ndarray:
-  """uint8 pixels -> the artifact's int8 input, as the evaluator computes it (the
-  manifest's input contract, then the model's input quantization).
-
-  artifact: a forge_tflm.artifact.Artifact, a .tflite path (its manifest is read from
-  beside it) or bytes (then pass `manifest`, or the default contract pixel/255
-  applies)."""
-  from forge_tflm.artifact import Artifact, InputContract
-  from forge_tflm.runtime.segmented import SegmentedModel
-
-  if isinstance(artifact, (bytes, bytearray)):
-    artifact = Artifact("<bytes>", bytes(artifact), manifest)
-  elif not isinstance(artifact, Artifact):
-    artifact = Artifact.load(artifact)
-  contract = artifact.input_contract if artifact.manifest else InputContract()
-  model = SegmentedModel(artifact.model, "reference")
-  return model.quantize_input(contract.to_float(np.asarray(images_uint8)))
 
 
 def write_image_stream(path: str, inputs_int8: np.ndarray) -> str:

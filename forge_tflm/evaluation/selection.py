@@ -100,7 +100,7 @@ def _model(path: str, kernels: str):
 @functools.lru_cache(maxsize=20)
 def stream_inputs(path: str, stream: StreamSpec):
   """The artifact's int8 inputs for `stream` and its labels, once per worker."""
-  from forge_tflm.deploy import model_input  # pylint: disable=import-outside-toplevel
+  from forge_tflm.runtime.inputs import model_input  # pylint: disable=import-outside-toplevel
 
   images, labels = stream.load()
   return model_input(_artifact(path), images), labels

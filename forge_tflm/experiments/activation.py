@@ -42,7 +42,7 @@ def _capture(model, x, site: str, mode: str, batch: int = 64) -> np.ndarray:
 def run(ctx: ExperimentContext) -> Outcome:
   from forge_tflm.artifact import Artifact  # pylint: disable=import-outside-toplevel
   from forge_tflm.corruptions import corrupt_cached  # pylint: disable=import-outside-toplevel
-  from forge_tflm.deploy import model_input  # pylint: disable=import-outside-toplevel
+  from forge_tflm.runtime.inputs import model_input  # pylint: disable=import-outside-toplevel
   from forge_tflm.experiments.common import site_moments  # pylint: disable=import-outside-toplevel
   from forge_tflm.runtime.segmented import SegmentedModel  # pylint: disable=import-outside-toplevel
 

@@ -159,7 +159,7 @@ class GapModels:
 def _models(artifact_path: str, keras_path: str, calibration_dir: str | None) -> GapModels:
   from forge_tflm.artifact import Artifact  # pylint: disable=import-outside-toplevel
   from forge_tflm.data import load_dataset  # pylint: disable=import-outside-toplevel
-  from forge_tflm.deploy import model_input  # pylint: disable=import-outside-toplevel
+  from forge_tflm.runtime.inputs import model_input  # pylint: disable=import-outside-toplevel
   from forge_tflm.runtime.segmented import SegmentedModel  # pylint: disable=import-outside-toplevel
 
   artifact = Artifact.load(artifact_path, require_manifest=True)

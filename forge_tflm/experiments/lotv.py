@@ -38,7 +38,7 @@ def omitted_share(mean: np.ndarray, square: np.ndarray, batch: int) -> float:
 
 def run(ctx: ExperimentContext) -> Outcome:
   from forge_tflm.artifact import Artifact  # pylint: disable=import-outside-toplevel
-  from forge_tflm.deploy import model_input  # pylint: disable=import-outside-toplevel
+  from forge_tflm.runtime.inputs import model_input  # pylint: disable=import-outside-toplevel
   from forge_tflm.evaluation.protocol import ordering  # pylint: disable=import-outside-toplevel
   from forge_tflm.runtime.segmented import SegmentedModel  # pylint: disable=import-outside-toplevel
 

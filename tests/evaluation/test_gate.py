@@ -340,7 +340,7 @@ def test_the_controller_refuses_what_python_would_not_catch():
     fc.Controller({"probe": 4}, 10, SCALE, 0)
   with pytest.raises(ValueError, match="probe_images is out of range"):
     fc.Controller({"probe_images": 0}, 10, SCALE, 0)
-  with pytest.raises(ValueError, match="1 to 64 classes"):
+  with pytest.raises(ValueError, match=f"1 to {fc.MAX_CLASSES} classes"):
     fc.Controller({}, fc.MAX_CLASSES + 1, SCALE, 0)
   with pytest.raises(ValueError, match="needs 6 int8 outputs"):
     fc.Controller({}, 3, SCALE, 0).probed(np.zeros(3, np.int8), np.zeros(3, np.int8), 2)
