@@ -10,6 +10,7 @@ tree; later runs (and later tests in the same run) reuse it. Nothing lands in th
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import shutil
 import subprocess
@@ -35,10 +36,20 @@ SNAPSHOTS = {
 }
 
 
-def build_cache() -> str:
-  """Where extracted trees and build objects live (reused across runs)."""
+def _cache_root() -> str:
+  """Extracted snapshots and toolchains: shared by every checkout (keyed by tarball)."""
   path = os.environ.get("FORGE_TFLM_BUILD_CACHE", os.path.join(
       os.path.expanduser("~"), ".cache", "forge_tflm", "build"))
+  os.makedirs(path, exist_ok=True)
+  return path
+
+
+def build_cache() -> str:
+  """Where this checkout's build objects live (reused across runs). Per checkout: the
+  Makefiles rebuild on a newer source, so two checkouts sharing objects would link one's
+  objects into the other's program."""
+  digest = hashlib.sha1(REPO_ROOT.encode()).hexdigest()[:10]
+  path = os.path.join(_cache_root(), "checkouts", digest)
   os.makedirs(path, exist_ok=True)
   return path
 
@@ -61,7 +72,7 @@ def snapshot(name: str) -> str:
   src = os.path.join(SHARED_THIRD_PARTY, tarball)
   if not os.path.isfile(src):
     pytest.skip(f"needs {src} (the third-party snapshots beside the checkout)")
-  root = os.path.join(build_cache(), "third_party")
+  root = os.path.join(_cache_root(), "third_party")
   os.makedirs(root, exist_ok=True)
   stem = tarball[:-len(".tar.gz")]
   dest = os.path.join(root, stem)
@@ -116,7 +127,7 @@ def _extract_tool(tarball: str) -> str | None:
   src = os.path.join(SHARED_TOOLCHAINS, tarball)
   if not os.path.isfile(src):
     return None
-  root = os.path.join(build_cache(), "toolchains")
+  root = os.path.join(_cache_root(), "toolchains")
   os.makedirs(root, exist_ok=True)
   stem = tarball[:-len(".tar.xz")]
   dest = os.path.join(root, stem)
