@@ -24,9 +24,6 @@
 
 #include "forge_recalib.h"
 #include "forge_recalib_kernel.h"
-#ifdef ESP_NN
-#include "esp_nn_fc_guard.h"
-#endif
 #include "tensorflow/compiler/mlir/lite/schema/schema_utils.h"
 #include "tensorflow/lite/c/common.h"
 #include "tensorflow/lite/micro/memory_helpers.h"
@@ -459,15 +456,9 @@ TfLiteStatus FillResolver(Resolver* r) {
   if (s == kTfLiteOk) s = r->AddAveragePool2D(Wrap<5>(tflite::Register_AVERAGE_POOL_2D()));
 #endif
 #ifdef FORGE_APP_OP_FULLY_CONNECTED
-#ifdef ESP_NN
-  // ESP-NN's S3 per-channel kernel needs output widths in multiples of 8.
-  if (s == kTfLiteOk) {
-    s = r->AddFullyConnected(
-        Wrap<6>(forge_app::GuardedFullyConnected(tflite::Register_FULLY_CONNECTED())));
-  }
-#else
+  // ESP-NN builds too: its S3 FC is exact at every width for TFLM's 16-byte aligned
+  // tensors (docs/decisions/esp-nn-fc-guard.md).
   if (s == kTfLiteOk) s = r->AddFullyConnected(Wrap<6>(tflite::Register_FULLY_CONNECTED()));
-#endif
 #endif
 #ifdef FORGE_APP_OP_RESHAPE
   if (s == kTfLiteOk) s = r->AddReshape(Wrap<7>(tflite::Register_RESHAPE()));
@@ -615,14 +606,9 @@ void PrintHeader(const Session& s) {
   line.Add(" input_bytes=%lu output=", static_cast<unsigned long>(s.input_bytes));
   AddShape(&line, s.output);
   static const char* const kTraceNames[] = {"none", "forge", "all"};
-#ifdef ESP_NN
-  const int fc_guard = forge_app::TakeGuardedFullyConnectedCount();
-#else
-  const int fc_guard = 0;
-#endif
-  line.Add(" clock_hz=%s mode=%s trace=%s fc_guard=%d", U64(g_run.platform->clock_hz).s,
+  line.Add(" clock_hz=%s mode=%s trace=%s", U64(g_run.platform->clock_hz).s,
            config.gate ? "gated" : config.adapt ? "adapt" : "frozen",
-           kTraceNames[config.trace < 0 || config.trace > 2 ? 0 : config.trace], fc_guard);
+           kTraceNames[config.trace < 0 || config.trace > 2 ? 0 : config.trace]);
   line.Emit();
   for (uint32_t i = 0; i < g_run.num_ops; ++i) {
     Line op;

@@ -24,8 +24,6 @@
 //   forge_app version=1 model_bytes=B ops=K forge_ops=F input=1x32x32x3
 //       input_bytes=N output=1x10 clock_hz=H mode=adapt|frozen|gated
 //       trace=none|forge|all
-//       fc_guard=G   (G FULLY_CONNECTED nodes run TFLM's reference kernel instead
-//                     of ESP-NN's, see esp_nn_fc_guard.h; 0 without ESP-NN)
 //   op index=i name=CONV_2D forge=0|1                       (K lines, model order)
 //   mem arena_size=A arena_used=U forge_persistent=P forge_scratch=S
 //       forge_state=S8 states=F   (the state buffers found, and how many)

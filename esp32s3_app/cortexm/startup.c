@@ -1,8 +1,9 @@
 /* Bare-metal startup for the Cortex-M emulation target (qemu-system-arm
- * mps2-an386 Cortex-M4F, mps3-an547 Cortex-M55), linked with -nostartfiles
+ * mps2-an386 Cortex-M4F, mps3-an547 Cortex-M55, mps2-an385 Cortex-M3), linked with -nostartfiles
  * against newlib + librdimon (semihosting).
  *
- * Reset: enable the FPU (and MVE on the M55: same CPACR bits), copy .data if
+ * Reset: enable the FPU (and MVE on the M55: same CPACR bits; not on a core
+ * without one, where CPACR's CP10/CP11 fields do not exist), copy .data if
  * its load address differs, zero .bss, set up semihosting stdio
  * (initialise_monitor_handles), run C++ static constructors
  * (__libc_init_array, which needs _init/_fini: crti.o is not linked), main,
@@ -113,9 +114,11 @@ void Default_Handler(void) { fault_exit("unexpected_interrupt"); }
 /* ------------------------------------------------------------------ reset */
 
 void Reset_Handler(void) {
+#if defined(__ARM_FP) || defined(__ARM_FEATURE_MVE)
   /* CP10/CP11 full access: FPU (M4F), FPU + MVE (M55). */
   SCB_CPACR |= (0xFu << 20);
   __asm__ volatile("dsb\n isb" ::: "memory");
+#endif
   /* Trap divide by zero (never expected), keep unaligned accesses allowed. */
   SCB_CCR |= (1u << 4);
   uint32_t* src = &__data_load__;

@@ -13,6 +13,7 @@
 //
 // Arguments (QEMU's -append, read through Xtensa semihosting, -semihosting):
 //   --trace=none|forge|all  (default forge)   --frozen   --images=N
+//   --gate  (the gate with the export's settings, esp32s3_gate.cc)
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,7 @@ void esp32s3_write0(const char* s);
 const char* esp32s3_cmdline(char* buf, int size);
 uint64_t esp32s3_ccount64(void);
 }
+bool Esp32s3GateSettings(ForgeControllerSettings* settings);  // esp32s3_gate.cc
 
 #ifndef FORGE_ESP32S3_ARENA_BYTES
 #define FORGE_ESP32S3_ARENA_BYTES (160 * 1024)
@@ -103,6 +105,13 @@ int main() {
   if (HasArg(cmdline, "--trace=none")) config.trace = FORGE_APP_TRACE_NONE;
   if (HasArg(cmdline, "--trace=all")) config.trace = FORGE_APP_TRACE_ALL;
   if (HasArg(cmdline, "--frozen")) config.adapt = false;
+  if (HasArg(cmdline, "--gate")) {
+    if (!Esp32s3GateSettings(&config.gate_settings)) {
+      esp32s3_write0("error what=gate_settings (data not from export-firmware)\n");
+      return 1;
+    }
+    config.gate = true;
+  }
   const char* images = strstr(cmdline, "--images=");
   if (images != nullptr) {
     const unsigned long n = strtoul(images + 9, nullptr, 10);

@@ -32,12 +32,13 @@ def checksum(data: np.ndarray) -> int:
 
 
 def device_state(node) -> np.ndarray:
-  """A FORGE node's state as the app checksums its buffer: float32 [mu, var], then
-  with class-balanced statistics the class state block (cmu [K, C], cvar [K, C], the
+  """A FORGE node's state as the app checksums its buffer: float32 [mu, var] (int32
+  with arithmetic int: its bytes as they are, never converted), then with
+  class-balanced statistics the class state block (cmu [K, C], cvar [K, C], the
   guard's label-blind [2, C] and detector [K + 3]: the C core's layout)."""
   state = node.state
   if state.block is None:
-    return np.asarray(state.data, np.float32)
+    return np.ascontiguousarray(state.data)
   return np.concatenate([state.data, state.block])
 
 

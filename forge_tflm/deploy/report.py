@@ -95,6 +95,8 @@ def _tensor_bytes(v: str) -> int:
 U32, U64, I32 = _uint(32), _uint(64), _int(-(1 << 31), (1 << 31) - 1)
 OPTIONAL = "?"  # A key ending in it may be absent.
 # What forge_app.cc prints, record by record: field -> parser ("error": free text).
+# fc_guard: printed by apps built before the ESP-NN FC guard's removal
+# (docs/decisions/esp-nn-fc-guard.md); accepted so their logs still verify, unused.
 SCHEMA = {
     "forge_app": {"version": U32, "model_bytes": U64, "ops": U32, "forge_ops": U32,
                   "input": _shape, "input_bytes": U64, "output": _shape, "clock_hz": U64,

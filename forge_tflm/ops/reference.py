@@ -393,7 +393,9 @@ def class_labels_s8(logits: np.ndarray, margin: int = 0) -> np.ndarray:
 # SPEC "Integer arithmetic" (option arithmetic = "int"): every step exact in integers,
 # scalars as Python ints and vectors as numpy int64 (all intermediates fit).
 
-MU_FRAC, VAR_FRAC, OUT_FRAC = 16, 12, 16  # fraction bits of mu, var, the output sum
+MU_FRAC, VAR_FRAC = 16, 12  # fraction bits of mu, var
+MULT_MAX = 2**22  # per-channel multiplier: |q * mult| <= 2^29
+BIAS_MAX = 2**30  # folded per-channel bias, saturated: |q * mult + bias| < 2^31
 MU_MAX = 2**30  # |mu| (x's quantized units, Q16): 16384 units
 VAR_MAX = 2**30 - 1  # var (units^2, Q12): 262144 units^2
 _INT32_MIN, _INT32_MAX = -2**31, 2**31 - 1
@@ -537,33 +539,40 @@ def int_inv_sqrt(v: int) -> tuple[int, int, int]:
   return (0, 2 * y, j - 9)
 
 
+def _int_gain(var: int, gamma_c, t: IntTensor) -> tuple[int, int, int]:
+  """A = gamma_abs / s_y / sqrt(var + eps) in output steps per x step (fx, I6)."""
+  vpe = min(VAR_MAX, var + t.eps_v)
+  return fx_mul(fx_mul(fx_of(gamma_c), t.inv_sy), int_inv_sqrt(vpe))
+
+
+def int_out_shift(gains) -> int:
+  """The tensor's right shift S (SPEC I6): 21 - E, E the largest gain exponent
+  clamped to [-1, 6], so that every multiplier round(A * 2^S) is <= 2^22."""
+  exps = [min(max(a[2], -1), 6) for a in gains if a[1] != 0]
+  return 21 - max(exps, default=-1)
+
+
 def int_coefficients(mu: np.ndarray, var: np.ndarray, beta, gamma_abs,
-                     t: IntTensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """(multiplier, right shift, bias) per channel (SPEC steps I5-I7)."""
-  mult, shift, bias = [], [], []
-  for c in range(len(mu)):
-    vpe = min(VAR_MAX, int(var[c]) + t.eps_v)
-    a = fx_mul(fx_mul(fx_of(gamma_abs[c]), t.inv_sy), int_inv_sqrt(vpe))
-    if a[1] == 0 or a[2] < -25:
-      m, r = 0, 0
-    elif a[2] > 6:
-      m, r = _INT32_MAX, 0
-    else:
-      m, r = a[1], 6 - a[2]
-    by = fx_fixed(fx_mul(fx_of(beta[c]), t.inv_sy), OUT_FRAC, -2**30, 2**30)
-    b = by + (t.z_y << OUT_FRAC) - rdbpot(int(mu[c]) * m, 24 + r)
+                     t: IntTensor) -> tuple[np.ndarray, int, np.ndarray]:
+  """(multiplier per channel, the tensor's shift S, folded bias per channel):
+  SPEC steps I5-I7."""
+  gains = [_int_gain(int(var[c]), gamma_abs[c], t) for c in range(len(mu))]
+  s = int_out_shift(gains)
+  mult, bias = [], []
+  for c, a in enumerate(gains):
+    m = fx_fixed(a, s, 0, MULT_MAX)
+    by = fx_fixed(fx_mul(fx_of(beta[c]), t.inv_sy), s, -2**40, 2**40)
+    b = by + (t.z_y << s) + (1 << (s - 1)) - t.z_x * m - rdbpot(int(mu[c]) * m, MU_FRAC)
     mult.append(m)
-    shift.append(r)
-    bias.append(max(_INT32_MIN, min(_INT32_MAX, b)))
-  return (np.array(mult, np.int64), np.array(shift, np.int64), np.array(bias, np.int64))
+    bias.append(max(-BIAS_MAX, min(BIAS_MAX, b)))
+  return np.array(mult, np.int64), s, np.array(bias, np.int64)
 
 
-def int_requantize(x2d: np.ndarray, mult, shift, bias, t: IntTensor) -> np.ndarray:
-  """SPEC step I8 on rows x channels: pure integer requantization."""
-  u = x2d.astype(np.int64) - t.z_x
-  p = rdbpot(srdhm(u << 23, mult), shift)
-  v = np.clip(p + bias, _INT32_MIN, _INT32_MAX)
-  return np.clip(rdbpot(v, OUT_FRAC), t.qmin, t.qmax).astype(np.int8)
+def int_requantize(x2d: np.ndarray, mult, shift: int, bias, t: IntTensor) -> np.ndarray:
+  """SPEC step I8 on rows x channels: one int32 multiply-add and one shift per
+  element (|q * mult + bias| < 2^31 by construction)."""
+  v = (x2d.astype(np.int64) * mult + bias) >> shift
+  return np.clip(v, t.qmin, t.qmax).astype(np.int8)
 
 
 def int_batch_moments(x2d: np.ndarray, z_x: int) -> tuple[list[int], list[int]]:

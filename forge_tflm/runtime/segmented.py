@@ -32,7 +32,7 @@ from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 from forge_tflm import model_check
 from forge_tflm import tflite_graph as tg
-from forge_tflm.ops import QuantParams, RecalibOp, RecalibOptions
+from forge_tflm.ops import QuantParams, RecalibOp, RecalibOptions, reference
 from forge_tflm.quiet import native_output_hidden
 from forge_tflm.runtime.tflm_kernels import TFLM_HOST_BUILTINS
 
@@ -345,19 +345,34 @@ class SegmentedModel:
     states = list(states)
     if len(states) != len(self.nodes):
       raise ValueError(f"set_state: {len(states)} states for {len(self.nodes)} FORGE nodes")
-    checked = []
-    for n, s in zip(self.nodes, states):
-      s = np.asarray(s, np.float32)
-      c = n.state.channels
-      if s.shape != (2 * c,):
-        raise ValueError(f"set_state: node {n.name} takes {2 * c} values "
-                         f"[mu x {c}, var x {c}], got shape {s.shape}")
-      if not (np.isfinite(s).all() and (s[c:] >= 0).all()):
-        raise ValueError(f"set_state: node {n.name}: the state must be finite with "
-                         "variances >= 0")
-      checked.append(s)
+    checked = [self._checked_state(n, s) for n, s in zip(self.nodes, states)]
     for n, s in zip(self.nodes, checked):
       n.state.data[:] = s
+
+  @staticmethod
+  def _checked_state(node, s) -> np.ndarray:
+    """One node's state in its own dtype: an arithmetic=int node's int32 Q16/Q12
+    values pass through float32 only up to 2^24, so they are never converted."""
+    c = node.state.channels
+    raw = np.asarray(s)
+    if raw.shape != (2 * c,):
+      raise ValueError(f"set_state: node {node.name} takes {2 * c} values "
+                       f"[mu x {c}, var x {c}], got shape {raw.shape}")
+    if node.state.integer:
+      if not np.issubdtype(raw.dtype, np.integer):
+        raise ValueError(f"set_state: node {node.name}: an arithmetic=int state is "
+                         "int32 (Q16 means, Q12 variances)")
+      mu, var = raw[:c].astype(np.int64), raw[c:].astype(np.int64)
+      if (np.abs(mu) > reference.MU_MAX).any() or (var < 0).any() or (
+          var > reference.VAR_MAX).any():
+        raise ValueError(f"set_state: node {node.name}: the state must be finite with "
+                         "variances >= 0 (int: |mu| <= 2^30, 0 <= var < 2^30)")
+      return raw.astype(np.int32)
+    s = raw.astype(np.float32)
+    if not (np.isfinite(s).all() and (s[c:] >= 0).all()):
+      raise ValueError(f"set_state: node {node.name}: the state must be finite with "
+                       "variances >= 0")
+    return s
 
   # -- execution ------------------------------------------------------------------
 

@@ -48,7 +48,7 @@ def _header(exp: dict, trace: str, model_bytes) -> list[str]:
            f"forge_app version=1 model_bytes={model_bytes or exp['model_bytes']} "
            f"ops={len(exp['ops'])} forge_ops={len(exp['forge_ops'])} input=1x32x32x3 "
            "input_bytes=3072 output=1x10 clock_hz=240000000 "
-           f"mode={exp['mode']} trace={trace} fc_guard=1"]
+           f"mode={exp['mode']} trace={trace}"]
   lines += [f"op index={k} name={name} forge={int(k in exp['forge_ops'])}"
             for k, name in enumerate(exp["ops"])]
   lines.append("mem arena_size=131072 arena_used=90000 forge_persistent=300 "

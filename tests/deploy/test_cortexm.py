@@ -2,11 +2,14 @@
 
 Builds esp32s3_app/cortexm with arm-none-eabi-gcc against the third-party snapshots
 (tests/third_party.py): TFLite-Micro 90b983c with its kernels/cmsis_nn/ adapters over
-CMSIS-NN 4ab83cc (CMSIS_6 core headers) plus the FORGE op, for two boards:
+CMSIS-NN 4ab83cc (CMSIS_6 core headers) plus the FORGE op, for three boards:
 
   an386  qemu mps2-an386, Cortex-M4F (-mcpu=cortex-m4 -mfpu=fpv4-sp-d16
          -mfloat-abi=hard): CMSIS-NN's DSP path
   an547  qemu mps3-an547, Cortex-M55 (-mcpu=cortex-m55): CMSIS-NN's Helium (MVE) path
+  an385  qemu mps2-an385, Cortex-M3 without FPU (-mfloat-abi=soft): CMSIS-NN's C
+         path; the integer artifact runs on FORGE built for it alone
+         (FORGE_ARITH=int), whose link has no soft-float call from FORGE's objects
 
 The model and the int8 images (gaussian_noise-5 CIFAR-10 test images, the evaluator's
 --limit=200 --seed=0 subset in ordering 0) are compiled in as C arrays written at test
@@ -14,8 +17,9 @@ time into the build cache (forge_tflm.deploy.write_c_arrays). Each ELF runs unde
 `qemu-system-arm -icount shift=0` with FORGE adapting at batch 1; its output lines
 are parsed (forge_tflm.deploy.parse_app_output) and compared image by image with
 forge_tflm.deploy.expected_outputs (the evaluator at batch 1, reference kernels), for
-the bundled ResNet-20 converted three ways (FORGE at 21 sites, at 3 sites, plain
-int8 control), with the convention of tests/deploy/test_host_parity.py:
+the bundled ResNet-20 converted four ways (FORGE at 21 sites, at 3 sites, at 21
+sites with the integer arithmetic (--arithmetic=int), plain int8 control), with the
+convention of tests/deploy/test_host_parity.py:
 
   - every op's output, FORGE ops and the final FULLY_CONNECTED (the logits)
     included, and every FORGE op's float32 state after every image must be
@@ -23,7 +27,8 @@ int8 control), with the convention of tests/deploy/test_host_parity.py:
     forge_tflm.runtime.tflm_kernels; CMSIS-NN requantizes the same way).
 
 Compared per artifact: all 200 images on the Cortex-M4F, the first 50 on the Cortex-M55
-(its QEMU runs take ~0.75 s per image; FORGE_TFLM_CORTEXM_IMAGES=N sets N for both).
+(its QEMU runs take ~0.75 s per image), the first 20 on the Cortex-M3 (all 200 with
+--runslow); FORGE_TFLM_CORTEXM_IMAGES=N sets N for all.
 A cost test checks the
 SysTick instruction clock (calibration, deterministic per-op counts) and the arena
 sizes; benchmarks/bench_mcu_cost.py reports the counts.
@@ -31,7 +36,9 @@ sizes; benchmarks/bench_mcu_cost.py reports the counts.
 Skips (with the reason) without arm-none-eabi-gcc + newlib, qemu-system-arm, the
 third-party snapshots or the dataset. Objects live in the build cache
 ($FORGE_TFLM_BUILD_CACHE/cortexm/<board>). Measured on 2 cores: cold 4 min (2.6 min
-compiling both boards), warm 1 min; --runslow's 200-image runs ~7 min more.
+compiling the M4F and M55) plus 2.6 min compiling the Cortex-M3; warm ~3.5 min (the
+integer artifact's parity runs add 83 s on the M4F and 39 s on the M55, the
+Cortex-M3's four 20-image runs ~15 s); --runslow's 200-image runs ~7 min more.
 """
 
 from __future__ import annotations
@@ -61,15 +68,22 @@ MODEL = os.path.join(REPO_ROOT, "models", "resnet20_cifar10.keras")
 DATA_DIR = os.path.join(SHARED_DATASETS, "cifar10")
 # board -> (qemu machine, CPU, SysTick instructions per tick x1000 under -icount shift=0)
 BOARDS = {"an386": ("mps2-an386", "Cortex-M4F", 40000),
-          "an547": ("mps3-an547", "Cortex-M55", 31250)}
-ARTIFACTS = ("forge_all", "forge_3", "plain")
+          "an547": ("mps3-an547", "Cortex-M55", 31250),
+          "an385": ("mps2-an385", "Cortex-M3", 40000)}
+# forge_int: 21 sites with the integer arithmetic (convert --arithmetic=int).
+ARTIFACTS = ("forge_all", "forge_3", "plain", "forge_int")
+# Boards without an FPU run the integer artifact on FORGE built for it alone
+# (FORGE_ARITH=int: no float operation linked from FORGE); the float artifacts
+# there run the float op in soft-float.
+FPU_LESS = {"an385"}
 STREAM_LIMIT = 200  # the evaluator's subset; tests take its first n images
 # Images compared per artifact: all 200 on the Cortex-M4F; 50 on the Cortex-M55, whose
 # QEMU runs take ~0.75 s per image (the M55's 200 also matched, session 9: 200/200 on
 # every artifact; run them with FORGE_TFLM_CORTEXM_IMAGES=200).
 _ENV_IMAGES = os.environ.get("FORGE_TFLM_CORTEXM_IMAGES")
+# The Cortex-M3: 20 in CI (~0.4 s per image), all 200 with --runslow.
 BOARD_IMAGES = {b: int(_ENV_IMAGES) if _ENV_IMAGES else n
-                for b, n in (("an386", STREAM_LIMIT), ("an547", 50))}
+                for b, n in (("an386", STREAM_LIMIT), ("an547", 50), ("an385", 20))}
 TIMINGS: dict[str, float] = {}
 
 
@@ -93,6 +107,11 @@ def _timed(key):
   TIMINGS[key] = round(TIMINGS.get(key, 0.0) + time.time() - t0, 1)
 
 
+def forge_arith(board: str, name: str) -> str:
+  """The Makefile's FORGE_ARITH for an artifact on a board (see FPU_LESS)."""
+  return "int" if board in FPU_LESS and name == "forge_int" else "any"
+
+
 def _make_args(board: str, build_name: str | None = None) -> list[str]:
   tp = third_party
   return [f"BOARD={board}",
@@ -104,11 +123,13 @@ def _make_args(board: str, build_name: str | None = None) -> list[str]:
 
 
 def make(board: str, goals: list[str], jobs: int = 2, ops: list[str] | None = None,
-         build_name: str | None = None) -> None:
+         build_name: str | None = None, arith: str = "any") -> None:
   """Runs esp32s3_app/cortexm's Makefile (nice, -j2) under a per-build-folder lock;
   ops: the OPS to compile (default: the Makefile's ResNet-20 set), in the build cache's
-  cortexm/<build_name or board> (another op set in the same folder would rebuild it)."""
+  cortexm/<build_name or board> (another op set in the same folder would rebuild it);
+  arith: FORGE_ARITH (any, or int: FORGE for the integer arithmetic alone)."""
   args = _make_args(board, build_name) + (["OPS=" + " ".join(ops)] if ops else [])
+  args.append(f"FORGE_ARITH={arith}")
   lock = os.path.join(third_party.build_cache(), "cortexm", f"{build_name or board}.lock")
   with _locked(lock):
     r = subprocess.run(["nice", "make", "-C", CORTEXM_DIR, f"-j{jobs}"] + goals + args,
@@ -120,8 +141,9 @@ def make(board: str, goals: list[str], jobs: int = 2, ops: list[str] | None = No
 
 def build_elf(board: str, gen_dir: str, **build) -> str:
   """Links the ELF of `board` with the C arrays in gen_dir (objects from the cache);
-  build: make's ops and build_name."""
-  elf = os.path.join(gen_dir, f"forge_app_{board}.elf")
+  build: make's ops, build_name and arith."""
+  suffix = "_int" if build.get("arith", "any") == "int" else ""
+  elf = os.path.join(gen_dir, f"forge_app_{board}{suffix}.elf")
   make(board, ["all", f"GEN_DIR={gen_dir}", f"ELF={elf}"], **build)
   return elf
 
@@ -164,7 +186,8 @@ def artifact_paths() -> dict[str, str]:
   root = os.path.join(third_party.build_cache(), "deploy_artifacts", _converter_hash())
   paths = {"forge_all": os.path.join(root, "r20_forge_all.tflite"),
            "plain": os.path.join(root, "r20_int8.tflite"),
-           "forge_3": os.path.join(root, "r20_forge_3.tflite")}
+           "forge_3": os.path.join(root, "r20_forge_3.tflite"),
+           "forge_int": os.path.join(root, "r20_forge_int.tflite")}
 
   def convert(args):
     cmd = [sys.executable, "-m", "forge_tflm.cli.main", "convert", f"--model={MODEL}",
@@ -182,6 +205,8 @@ def artifact_paths() -> dict[str, str]:
         sites = [s["name"] for s in json.load(f)["sites"]]
       three = [sites[0], sites[len(sites) // 2], sites[-1]]
       convert([f"--output={paths['forge_3']}", f"--sites={','.join(three)}"])
+    if not os.path.exists(paths["forge_int"]):
+      convert([f"--output={paths['forge_int']}", "--arithmetic=int"])
   return paths
 
 
@@ -252,7 +277,8 @@ class _Runs:
         with _timed(f"expected_{n}"):
           self.expected[(n, name)] = deploy.expected_outputs(path, x, trace="all")
       with _timed(f"gen_link_{n}"):
-        elfs[name] = build_elf(board, gen_dir_for(path, x, name))
+        elfs[name] = build_elf(board, gen_dir_for(path, x, name),
+                               arith=forge_arith(board, name))
 
     def run(name):
       t0 = time.time()
@@ -280,7 +306,7 @@ def _check_parity(runs, artifacts, board, name, n):
   label = f"{board} ({BOARDS[board][1]})/{name}"
   identical = check_parity(label, run, exp)
   assert np.array_equal(run.predictions, np.argmax(run.logits, axis=1))
-  n_forge = {"forge_all": 21, "forge_3": 3, "plain": 0}[name]
+  n_forge = {"forge_all": 21, "forge_3": 3, "plain": 0, "forge_int": 21}[name]
   assert len(run.forge_ops) == n_forge
   assert int(calib["instructions_per_tick_x1000"]) == BOARDS[board][2], calib
   assert [c["calls"] for c in run.cost] == [n] * len(run.ops)
@@ -293,6 +319,13 @@ def _check_parity(runs, artifacts, board, name, n):
 @pytest.mark.parametrize("name", ARTIFACTS)
 def test_cortexm_matches_evaluator(runs, artifacts, board, name):
   _check_parity(runs, artifacts, board, name, BOARD_IMAGES[board])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ARTIFACTS)
+def test_cortexm3_matches_evaluator_all_images(runs, artifacts, name):
+  """The Cortex-M3 on the whole 200-image subset (CI: the first 20)."""
+  _check_parity(runs, artifacts, "an385", name, STREAM_LIMIT)
 
 
 @pytest.mark.parametrize("board", sorted(BOARDS))
@@ -337,22 +370,65 @@ def test_cortexm_instruction_clock_and_arena(libs, artifacts, stream, board):
         f"{forge.mem['arena_used']:,} B with FORGE vs {plain.mem['arena_used']:,} B plain")
 
 
-@pytest.mark.parametrize("board", sorted(BOARDS))
-def test_export_firmware_runs_bit_exact_on_cortexm(libs, artifacts, tmp_path, board):
+@pytest.mark.parametrize("board,name", [(b, "forge_all") for b in sorted(BOARDS)]
+                         + [("an385", "forge_int"), ("an386", "forge_int")])
+def test_export_firmware_runs_bit_exact_on_cortexm(libs, artifacts, tmp_path, board, name):
   """What a user ships: `forge_tflm export-firmware` output linked into the board's
   ELF, run under QEMU, and `forge_tflm verify-device` on its log: bit-exact (logits,
-  each FORGE op's output and state), exit status 0."""
+  each FORGE op's output and state), exit status 0. The integer artifact on the
+  Cortex-M3 runs on FORGE built for it alone (FORGE_ARITH=int)."""
   from forge_tflm.cli.main import main as cli
 
   gen = tmp_path / "generated"
   with pytest.MonkeyPatch.context() as mp:
     if "FORGE_TFLM_CACHE" not in os.environ:
       mp.setenv("FORGE_TFLM_CACHE", str(tmp_path / "cache"))
-    assert cli(["forge_tflm", "export-firmware", artifacts["forge_all"],
+    assert cli(["forge_tflm", "export-firmware", artifacts[name],
                 f"--data_dir={DATA_DIR}", "--images=4", "--corruption=fog", "--seed=3",
                 f"--output_dir={gen}"]) == 0
-  elf = build_elf(board, str(gen))
+  elf = build_elf(board, str(gen), arith=forge_arith(board, name))
   text, _ = run_qemu(board, elf, "--trace=forge")
   (tmp_path / "qemu.log").write_text(text)
   assert cli(["forge_tflm", "verify-device", str(tmp_path / "qemu.log"),
               f"--expected={gen}"]) == 0, text[-2000:]
+
+
+# Soft-float and libm routines a float operation compiles to without an FPU (libgcc's
+# __aeabi_f*/__aeabi_d*, conversions, the GCC names) and sqrt.
+SOFT_FLOAT = re.compile(r"^(__aeabi_(f|d|u?[il]2[fd])|__\w*(sf|df)|sqrtf?$)")
+
+
+def forge_soft_float_calls(elf: str) -> dict[str, set[str]]:
+  """FORGE's code in a linked ELF -> the soft-float routines it calls: the input
+  sections the map file places from FORGE's objects (forge/ or forge_int/ of the
+  build folder), disassembled, their direct calls and branches read."""
+  with open(elf + ".map") as f:
+    sections = [(int(a, 16), int(n, 16), p.rsplit("/", 1)[-1]) for _, a, n, p in re.findall(
+        r"^ (\.text\S*)\s+(0x[0-9a-f]+)\s+(0x[0-9a-f]+)\s+(\S+/forge(?:_int)?/forge_recalib"
+        r"\w*\.o)$", f.read(), re.M) if int(n, 16)]
+  assert sections, f"no FORGE code found in {elf}.map"
+  text = subprocess.run(["arm-none-eabi-objdump", "-d", elf], check=True,
+                        capture_output=True, text=True).stdout
+  calls: dict[str, set[str]] = {}
+  for addr, target in re.findall(r"^\s*([0-9a-f]+):.*\t(?:bl|blx|b|b\.w)\s+[0-9a-f]+ <([^>+]+)",
+                                 text, re.M):
+    a = int(addr, 16)
+    for start, size, obj in sections:
+      if start <= a < start + size and SOFT_FLOAT.match(target):
+        calls.setdefault(obj, set()).add(target)
+  return calls
+
+
+def test_cortexm3_int_build_links_no_soft_float_from_forge(libs, artifacts, stream):
+  """The Cortex-M3 firmware with FORGE built for the integer arithmetic
+  (FORGE_ARITH=int) calls no soft-float routine from FORGE's objects (options
+  parsing, Prepare and Eval included); the default build, whose float op runs in
+  soft-float there, does (the check sees calls when there are some)."""
+  from forge_tflm import deploy
+
+  x = deploy.model_input(artifacts["forge_int"], stream.images[:1])
+  gen = gen_dir_for(artifacts["forge_int"], x, "forge_int")
+  int_calls = forge_soft_float_calls(build_elf("an385", gen, arith="int"))
+  assert not int_calls, f"FORGE_ARITH=int: FORGE calls soft-float: {int_calls}"
+  any_calls = forge_soft_float_calls(build_elf("an385", gen))
+  assert "__aeabi_fmul" in any_calls.get("forge_recalib.o", set()), any_calls

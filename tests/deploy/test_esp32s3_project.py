@@ -127,8 +127,11 @@ def test_idf_component_pins_the_snapshot_the_ci_targets_use():
   assert '"==1.4.0"' in op
 
 
-def test_host_esp_nn_target_registers_the_fc_guard():
-  """The guard is compiled in only where ESP-NN kernels are (ESP_NN=1)."""
+def test_esp_nn_builds_register_the_esp_nn_fully_connected_unguarded():
+  """No FC guard (docs/decisions/esp-nn-fc-guard.md): every build registers TFLM's
+  FULLY_CONNECTED, which ESP-NN builds resolve to esp-tflite-micro's ESP-NN adapter."""
   text = open(os.path.join(APP, "core", "forge_app.cc")).read()
-  assert "GuardedFullyConnected" in text and "#ifdef ESP_NN" in text
+  assert "Guarded" not in text and "fc_guard" not in text
+  assert "AddFullyConnected(Wrap<6>(tflite::Register_FULLY_CONNECTED()))" in text
+  assert not os.path.exists(os.path.join(APP, "core", "esp_nn_fc_guard.h"))
   assert host.TARGETS == ("reference", "esp_nn")

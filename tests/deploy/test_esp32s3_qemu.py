@@ -11,15 +11,18 @@ QEMU as an MTD drive; esp32s3_app/esp32s3/README.md).
 
 Same rule and helpers as tests/deploy/test_cortexm.py (the ResNet-20 artifacts, the
 gaussian_noise-5 stream, tests/deploy/parity.check_parity): every op's output, every
-FORGE state and the logits identical to the evaluator, image by image. Parity runs go
-without -icount (~0.3 s per image; with it ~2.6 s): N_IMAGES per artifact in CI,
-FORGE_TFLM_ESP32S3_IMAGES=200 for the whole stream. The cost test runs 3 images under
--icount shift=0. The FC-width test runs ESP-NN's S3 fully-connected kernels against
-_ansi over widths that are and are not multiples of 8 (espressif/esp-nn issue 34).
+FORGE state and the logits identical to the evaluator, image by image, with FORGE's
+ansi core and (forge_all) its S3 variant. The second core is parked
+(esp32s3_app/esp32s3/cpu1_park.S; README "Instruction counts"). Parity runs go without
+-icount (~0.1 s per image): N_IMAGES per artifact in CI, FORGE_TFLM_ESP32S3_IMAGES=200
+or --runslow for the whole stream. The cost test runs 3 images per build under
+-icount shift=0 (reproducible counts; FORGE's share with both cores). The FC-width test
+runs ESP-NN's S3 fully-connected kernels against _ansi over widths that are and are
+not multiples of 8 (espressif/esp-nn issue 34; docs/decisions/esp-nn-fc-guard.md).
 
 Skips (with the reason) without the toolchain/QEMU tarballs or QEMU's runtime
 libraries, the third-party snapshots or the dataset. Objects live in the build cache
-($FORGE_TFLM_BUILD_CACHE/esp32s3/<build>).
+(tests/third_party.build_cache()/esp32s3/s3: one library for OPS).
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ ARTIFACTS = cm.ARTIFACTS
 _ENV_IMAGES = os.environ.get("FORGE_TFLM_ESP32S3_IMAGES")
 N_IMAGES = int(_ENV_IMAGES) if _ENV_IMAGES else 20
 TIMINGS: dict[str, float] = {}
+# ResNet-20's operators and MLPerf Tiny ResNet-8's (test_esp32s3_mlperf.py): one
+# library for both models (the op set is part of the build's flags).
+OPS = ("ADD", "AVERAGE_POOL_2D", "CONV_2D", "FULLY_CONNECTED", "MEAN", "RESHAPE", "SOFTMAX")
 
 
 # ------------------------------------------------------------ tools, helpers
@@ -53,12 +59,13 @@ def _tools() -> tuple[str, str]:
   return prefix, qemu
 
 
-def make(goals: list[str], ops: list[str] | None = None, build_name: str = "r20") -> None:
+def make(goals: list[str], ops: tuple[str, ...] = OPS, build_name: str = "s3",
+         variant: str = "ansi") -> None:
   """Runs esp32s3_app/esp32s3's Makefile (nice, -j2) under a per-build-folder lock."""
   prefix, _ = _tools()
   tp = third_party
   build = os.path.join(tp.build_cache(), "esp32s3", build_name)
-  args = [f"PREFIX={prefix}", f"BUILD_DIR={build}",
+  args = [f"PREFIX={prefix}", f"BUILD_DIR={build}", f"FORGE_VARIANT={variant}",
           f"TFLM_DIR={tp.snapshot('esp-tflite-micro')}", f"ESP_NN_DIR={tp.snapshot('esp-nn')}"]
   args += ["OPS=" + " ".join(ops)] if ops else []
   with cm._locked(build + ".lock"):
@@ -70,21 +77,41 @@ def make(goals: list[str], ops: list[str] | None = None, build_name: str = "r20"
 
 def build_elf(gen_dir: str, **build) -> str:
   """Links the ELF (and its flash image, <elf>.flash.bin) with gen_dir's C arrays."""
-  elf = os.path.join(gen_dir, "forge_app_esp32s3.elf")
+  suffix = "" if build.get("variant", "ansi") == "ansi" else "_" + build["variant"]
+  elf = os.path.join(gen_dir, f"forge_app_esp32s3{suffix}.elf")
   make(["all", f"GEN_DIR={gen_dir}", f"ELF={elf}"], **build)
   return elf
+
+
+def park_bin() -> str:
+  """The second core's parking code (esp32s3_app/esp32s3/cpu1_park.S, as its
+  Makefile's `park` goal builds it), assembled once into the build cache."""
+  prefix, _ = _tools()
+  path = os.path.join(third_party.build_cache(), "esp32s3", "cpu1_park.bin")
+  if not os.path.exists(path):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    obj = f"{path}.{os.getpid()}.o"
+    for cmd in ([prefix + "gcc", "-mlongcalls", "-c", os.path.join(ESP32S3_DIR, "cpu1_park.S"),
+                 "-o", obj], [prefix + "objcopy", "-O", "binary", "-j", ".text", obj, obj + ".bin"]):
+      subprocess.run(cmd, check=True, capture_output=True)
+    os.replace(obj + ".bin", path)  # atomic for concurrent sessions
+    os.remove(obj)
+  return path
 
 
 def qemu_command(elf: str, out_file: str, args: str = "", icount: bool = False,
                  flash: str | None = None) -> list[str]:
   """qemu-system-xtensa on the esp32s3 machine: UART0 to out_file, the flash image as
-  an MTD drive, semihosting for -append and the exit status."""
+  an MTD drive, semihosting for -append and the exit status, the second core parked
+  (cpu1_park.S: otherwise it spins and, under -icount, advances CCOUNT's clock)."""
   _, qemu = _tools()
   flash = flash or elf[:-len(".elf")] + ".flash.bin"
-  cmd = [os.path.join(qemu, "bin", "qemu-system-xtensa"), "-machine", "esp32s3",
+  cmd = [os.path.join(qemu, "bin", "qemu-system-xtensa"), "-machine", "esp32s3", "-m", "2M",
          "-L", os.path.join(qemu, "share"), "-display", "none", "-monitor", "none",
          "-serial", f"file:{out_file}", "-semihosting",
-         "-drive", f"file={flash},if=mtd,format=raw,readonly=on", "-kernel", elf]
+         "-drive", f"file={flash},if=mtd,format=raw,readonly=on",
+         "-device", f"loader,file={park_bin()},addr=0x40000400,cpu-num=1,force-raw=on",
+         "-kernel", elf]
   cmd += ["-icount", "shift=0"] if icount else []
   return cmd + (["-append", args] if args else [])
 
@@ -139,34 +166,39 @@ def stream(tools, tmp_path_factory):
                                  cache_dir=str(tmp_path_factory.getbasetemp() / "corr"))
 
 
-def _elf_for(artifact: str, images, tag: str) -> tuple[str, np.ndarray]:
+def _elf_for(artifact: str, images, tag: str, variant: str = "ansi") -> tuple[str, np.ndarray]:
   from forge_tflm import deploy
 
   x = deploy.model_input(artifact, images)
-  return build_elf(cm.gen_dir_for(artifact, x, tag)), x
+  return build_elf(cm.gen_dir_for(artifact, x, tag), variant=variant), x
 
 
 # --------------------------------------------------------------------- tests
 
-def _parity(lib, artifacts, stream, name, n):
+def _parity(lib, artifacts, stream, name, n, variant="ansi"):
   from forge_tflm import deploy
 
-  elf, x = _elf_for(artifacts[name], stream.images[:n], name)
+  elf, x = _elf_for(artifacts[name], stream.images[:n], name, variant)
   t0 = time.time()
   text, calib = run_qemu(elf, "--trace=all")
-  TIMINGS[f"qemu_{name}_{n}"] = round(time.time() - t0, 1)
+  TIMINGS[f"qemu_{name}_{variant}_{n}"] = round(time.time() - t0, 1)
   run = deploy.parse_app_output(text)
   exp = deploy.expected_outputs(artifacts[name], x, trace="all")
-  identical = check_parity(f"esp32s3/{name}", run, exp)
-  assert len(run.forge_ops) == {"forge_all": 21, "forge_3": 3, "plain": 0}[name]
-  assert int(run.header["fc_guard"]) == 1  # ResNet-20's 10-wide per-channel FC
-  print(f"\nesp32s3/{name}: {n} images, {identical}/{n} identical logits, every op and "
+  identical = check_parity(f"esp32s3/{name}/{variant}", run, exp)
+  assert len(run.forge_ops) == {"forge_all": 21, "forge_3": 3, "plain": 0, "forge_int": 21}[name]
+  assert "fc_guard" not in run.header  # the 10-wide FC runs ESP-NN's S3 kernel
+  print(f"\nesp32s3/{name}/{variant}: {n} images, {identical}/{n} identical logits, every op and "
         f"FORGE state bit-identical; arena_used={run.mem['arena_used']}; {TIMINGS}")
 
 
 @pytest.mark.parametrize("name", ARTIFACTS)
 def test_esp32s3_matches_evaluator(lib, artifacts, stream, name):
   _parity(lib, artifacts, stream, name, N_IMAGES)
+
+
+def test_esp32s3_forge_variant_matches_evaluator(lib, artifacts, stream):
+  """FORGE's S3 variant (forge_recalib_s8_esp32s3) in the app: the same bits."""
+  _parity(lib, artifacts, stream, "forge_all", N_IMAGES, variant="esp32s3")
 
 
 @pytest.mark.slow
@@ -192,34 +224,41 @@ def test_export_firmware_runs_bit_exact_on_esp32s3(lib, artifacts, tmp_path):
               f"--expected={gen}"]) == 0, text[-2000:]
 
 
-@pytest.mark.slow
-@pytest.mark.xfail(reason="open: per-image CCOUNT counts under -icount shift=0 vary "
-                   "(34M-86M for the same work); the calibration reads 42.9 MHz, not the "
-                   "machine's 40 MHz. Suspect: the esp32s3 machine's second vCPU (-smp 1 "
-                   "does not boot) shares the icount clock", strict=False)
-def test_esp32s3_instruction_counts(lib, artifacts, stream):
-  """-icount shift=0: CCOUNT calibrated to instructions, per-op counts add up to the
-  inference and repeat image after image (after the first, which costs more: measured
-  +11.7M instructions on FORGE 21 sites, not yet explained), FORGE's share is a few
-  percent."""
+def _cost_run(artifact: str, images, tag: str, variant: str = "ansi"):
   from forge_tflm import deploy
 
-  runs = {}
-  for name in ("forge_all", "plain"):
-    elf, _ = _elf_for(artifacts[name], stream.images[:3], name)
-    text, calib = run_qemu(elf, "--trace=none", icount=True)
-    run = deploy.parse_app_output(text)
-    assert run.ok and len(run.ticks) == 3, text[-2000:]
-    assert int(calib["calib_instructions"]) == 10_000_000, calib
-    per_op, total = sum(c["ticks"] for c in run.cost), int(run.done["ticks"])
-    assert 0.98 * total < per_op <= 1.001 * total, (per_op, total)
-    assert np.ptp(run.ticks[1:]) < 0.001 * np.mean(run.ticks[1:]), run.ticks
-    runs[name] = run
-  forge = runs["forge_all"]
-  share = forge.cost_type["FORGE_RECALIB"]["ticks"] / int(forge.done["ticks"])
-  assert 0.005 < share < 0.4, share
-  print(f"\nesp32s3: instructions/inference {list(map(int, forge.ticks))} with FORGE (21 "
-        f"sites, _ansi core), FORGE {share:.1%}; plain {list(map(int, runs['plain'].ticks))}")
+  elf, _ = _elf_for(artifact, images, tag, variant)
+  text, calib = run_qemu(elf, "--trace=none", icount=True)
+  run = deploy.parse_app_output(text)
+  assert run.ok and len(run.ticks) == len(images), text[-2000:]
+  # CCOUNT at 40 MHz, 1 instruction per virtual ns: exactly 25 per tick.
+  assert int(calib["instructions_per_tick_x1000"]) == 25_000, calib
+  per_op, total = sum(c["ticks"] for c in run.cost), int(run.done["ticks"])
+  assert 0.98 * total < per_op <= 1.001 * total, (per_op, total)
+  # Every image the same work (data-dependent branches only): reproducible counts.
+  assert np.ptp(run.ticks) < 0.001 * np.mean(run.ticks), run.ticks
+  return run
+
+
+def test_esp32s3_instruction_counts(lib, artifacts, stream):
+  """-icount shift=0 with the second core parked: CCOUNT calibrated to instructions,
+  per-op counts add up to the inference and repeat image after image; FORGE's share
+  (21 sites) with the ansi core and with the S3 variant, which costs less and gives
+  the same logits."""
+  runs = {(name, variant): _cost_run(artifacts[name], stream.images[:3], name, variant)
+          for name, variant in (("plain", "ansi"), ("forge_all", "ansi"),
+                                ("forge_all", "esp32s3"))}
+  forge = {v: runs[("forge_all", v)].cost_type["FORGE_RECALIB"]["ticks"]
+           for v in ("ansi", "esp32s3")}
+  total = {v: int(runs[("forge_all", v)].done["ticks"]) for v in ("ansi", "esp32s3")}
+  assert 0 < forge["esp32s3"] < forge["ansi"], forge
+  assert np.array_equal(runs[("forge_all", "ansi")].logits,
+                        runs[("forge_all", "esp32s3")].logits)
+  shares = {v: forge[v] / total[v] for v in forge}
+  assert all(0.005 < sh < 0.4 for sh in shares.values()), shares
+  print(f"\nesp32s3 (emulated instructions): plain {runs[('plain', 'ansi')].ticks.tolist()} "
+        f"per inference; FORGE 21 sites {shares['ansi']:.1%} with ansi, "
+        f"{shares['esp32s3']:.1%} with the S3 variant")
 
 
 def _fc_cases(text: str) -> list[dict]:
@@ -239,7 +278,7 @@ def test_esp_nn_s3_fully_connected_widths(tools):
   matters (espressif/esp-nn issue 34 does not reproduce here). With a misaligned input
   the s16 path differs at every width (README: emulator or kernel, not decidable here)."""
   make(["fc-check"])
-  elf = os.path.join(third_party.build_cache(), "esp32s3", "r20", "fc_width_check.elf")
+  elf = os.path.join(third_party.build_cache(), "esp32s3", "s3", "fc_width_check.elf")
   text, _ = run_qemu(elf)
   cases = _fc_cases(text)
   assert all(c["canary"] == "ok" for c in cases)

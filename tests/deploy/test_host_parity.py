@@ -242,10 +242,8 @@ def test_device_matches_evaluator(runs, artifacts, binaries, target, name):
                            _explainer(binaries[target], artifacts[name], INPUTS[name]))
   assert np.array_equal(run.predictions, np.argmax(run.logits, axis=1))
   n_forge = {"forge_all": 21, "forge_3": 3, "plain": 0, "forge_classes": 21}[name]
-  # ESP-NN's S3 per-channel FULLY_CONNECTED needs widths in multiples of 8: the
-  # 10-way classifier runs TFLM's reference kernel there (esp_nn_fc_guard.h), and
-  # the logits above still match exactly.
-  assert int(run.header["fc_guard"]) == (1 if target == "esp_nn" else 0), run.header
+  # ESP-NN's FULLY_CONNECTED runs unguarded (docs/decisions/esp-nn-fc-guard.md).
+  assert "fc_guard" not in run.header, run.header
   assert len(run.forge_ops) == n_forge
   if n_forge:
     assert run.mem["forge_persistent"] > 8 * sum(1 for _ in run.forge_ops)

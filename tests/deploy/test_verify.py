@@ -33,6 +33,16 @@ def test_bit_exact_log_verifies_and_reports_accuracy_and_time():
   assert "| FORGE_RECALIB | 1 | 2.500 | 25.0% |" in text
 
 
+def test_log_from_an_app_with_the_old_fc_guard_field_still_verifies():
+  """Apps built before the ESP-NN FC guard's removal printed fc_guard=G in the header
+  (docs/decisions/esp-nn-fc-guard.md); their logs parse and verify as before."""
+  exp = _expected()
+  old = re.sub(r"^(forge_app .*)$", r"\1 fc_guard=1", _log(exp), count=1, flags=re.M)
+  assert " fc_guard=1" in old
+  v = verify(old, exp)
+  assert v.ok and v.identical == N and not v.problems
+
+
 def test_one_wrong_logit_is_the_first_divergence():
   exp = _expected()
 

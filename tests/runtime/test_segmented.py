@@ -1,5 +1,7 @@
 """Splitting at host ops is exact; FORGE state is per stream."""
 
+import re
+
 import numpy as np
 import pytest
 from ai_edge_litert import schema_py_generated as schema
@@ -180,3 +182,27 @@ def test_adapt_only_keeps_the_other_sites_as_converted(models):
                                 SegmentedModel(forge, "reference").run(x, mode="adapt"))
   with pytest.raises(ValueError, match="unknown site"):
     seg.adapt_only(["nope"])
+
+
+def test_set_state_keeps_int_states_exact(tmp_path):
+  """arithmetic=int states are int32 Q16/Q12: set_state used to pass them through
+  float32, which rounds values above 2^24 (a Q16 mean of 256 units is 2^24)."""
+  opts = ConvertOptions(recalib=ConvertOptions().recalib.replace(arithmetic="int"))
+  _, r = tiny_models.convert_tiny(tmp_path, opts)
+  seg = SegmentedModel(r.tflite, "reference")
+  good = seg.get_state()
+  assert good[0].dtype == np.int32
+  c = good[0].size // 2
+  wanted = [s.copy() for s in good]
+  wanted[0][0] = 2**24 + 1  # float32 would store 2^24
+  wanted[0][c] = 2**29 + 3
+  seg.set_state(wanted)
+  for got, want in zip(seg.get_state(), wanted):
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, want)
+  for bad, why in [(np.where(np.arange(2 * c) == 0, 2**31 - 1, wanted[0]), "|mu| <= 2^30"),
+                   (np.where(np.arange(2 * c) == c, -1, wanted[0]), "variances >= 0"),
+                   (wanted[0].astype(np.float32), "is int32")]:
+    with pytest.raises(ValueError, match=re.escape(why)):
+      seg.set_state([bad] + wanted[1:])
+  np.testing.assert_array_equal(seg.get_state()[0], wanted[0])

@@ -64,6 +64,12 @@
  * Init parses the options once, Prepare validates tensors and does the
  * quantization math once, Eval calls the framework-free C core
  * forge_recalib_s8_ansi (../src/forge_recalib.c).
+ *
+ * FORGE_RECALIB_INT_ONLY=1 (builds for cores without an FPU): the kernel runs
+ * the integer arithmetic alone. Init refuses arithmetic float, Prepare does
+ * only the integer quantization math and Eval calls forge_recalib_s8_int; the
+ * float paths are compile-time dead, so the link takes no float operation and
+ * no soft-float call from FORGE's objects.
  */
 #include "forge_recalib_kernel.h"
 
@@ -79,7 +85,15 @@
 #include "tensorflow/lite/micro/micro_context.h"
 #include "tensorflow/lite/micro/micro_log.h"
 
+#ifndef FORGE_RECALIB_INT_ONLY
+#define FORGE_RECALIB_INT_ONLY 0
+#endif
+
 namespace {
+
+// False in an integer-only build: every float-only branch tests it first, so
+// the compiler drops those branches and the calls in them.
+constexpr bool kFloatArith = !FORGE_RECALIB_INT_ONLY;
 
 constexpr int kInputX = 0;
 constexpr int kInputBeta = 1;
@@ -111,7 +125,7 @@ float* Pending(OpData* d) {
 // Every reset (Prepare, the reset hook, a control request).
 void ResetState(OpData* d, const float* beta, const float* gamma_abs) {
   const char* msg;
-  if (d->opts.arithmetic == FORGE_RECALIB_ARITH_INT) {  // SPEC "Integer arithmetic"
+  if (!kFloatArith || d->opts.arithmetic == FORGE_RECALIB_ARITH_INT) {  // SPEC "Integer arithmetic"
     forge_recalib_int_state_reset(&d->quant, beta, gamma_abs, d->c,
                                   reinterpret_cast<int32_t*>(d->state), &msg);
     return;
@@ -191,6 +205,10 @@ void* Init(TfLiteContext* context, const char* buffer, size_t length) {
     Fail(msg);
     return nullptr;
   }
+  if (!kFloatArith && opts.arithmetic != FORGE_RECALIB_ARITH_INT) {
+    Fail("this build runs arithmetic int only (FORGE_RECALIB_INT_ONLY)");
+    return nullptr;
+  }
   void* raw = context->AllocatePersistentBuffer(context, sizeof(OpData));
   if (raw == nullptr) return nullptr;
   OpData* data = static_cast<OpData*>(raw);
@@ -236,17 +254,19 @@ TfLiteStatus PrepareTensors(TfLiteContext* context, TfLiteNode* node,
   if (why != nullptr) return Fail(why);
 
   const char* msg = "";
-  if (forge_recalib_prepare_quant(&data->opts, s_x, z_x, s_y, z_y, &data->quant,
-                                  &msg) != FORGE_RECALIB_OK) {
-    return Fail(msg);
-  }
+  const int quant_status =
+      kFloatArith ? forge_recalib_prepare_quant(&data->opts, s_x, z_x, s_y, z_y,
+                                                &data->quant, &msg)
+                  : forge_recalib_prepare_quant_int(&data->opts, s_x, z_x, s_y, z_y,
+                                                    &data->quant, &msg);
+  if (quant_status != FORGE_RECALIB_OK) return Fail(msg);
   data->beta = tflite::GetTensorData<float>(beta);
   data->gamma_abs = tflite::GetTensorData<float>(gamma);
   if (forge_recalib_check_targets(data->beta, data->gamma_abs, c, &msg) !=
       FORGE_RECALIB_OK) {
     return Fail(msg);
   }
-  if (data->opts.classes > 0) {
+  if (kFloatArith && data->opts.classes > 0) {
     const int32_t k = data->opts.classes;
     if (offsets->type != kTfLiteFloat32 || tflite::NumDimensions(offsets) != 2 ||
         offsets->dims->data[0] != k || offsets->dims->data[1] != c ||
@@ -338,7 +358,7 @@ TfLiteStatus Eval(TfLiteContext* context, TfLiteNode* node) {
     return Fail("the interpreter's external context is not a "
                 "forge_tflm::ForgeRecalibControl");
   }
-  const bool classes = data->opts.classes > 0;
+  const bool classes = kFloatArith && data->opts.classes > 0;
   int32_t mode = FORGE_RECALIB_MODE_ADAPT;
   if (control != nullptr) {
     mode = control->mode;
@@ -412,6 +432,13 @@ TfLiteStatus Eval(TfLiteContext* context, TfLiteNode* node) {
       for (int32_t i = 0; i < 2 * data->c; ++i) data->state[i] = blind_state[i];
       return kTfLiteOk;
     }
+  }
+  if (!kFloatArith) {
+    const int status = forge_recalib_s8_int(
+        x_data, tflite::micro::GetTensorData<int8_t>(y), data->n, data->hw, data->c,
+        beta, gamma_abs, reinterpret_cast<int32_t*>(data->state), &data->opts,
+        &data->quant, core_mode, scratch, ScratchBytes(data->c), &msg);
+    return status == FORGE_RECALIB_OK ? kTfLiteOk : Fail(msg);
   }
   // The best variant this build compiles (forge_recalib.h: the Cortex-M DSP or
   // Helium one when the build defines FORGE_RECALIB_CORTEXM, else ansi).

@@ -11,6 +11,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <string.h>
 
 #if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD != 0
 #error "FORGE_RECALIB needs FLT_EVAL_METHOD == 0 (float math in float32)"
@@ -97,7 +98,7 @@ int forge_recalib_validate_options(const forge_recalib_options* opts,
                                    const char** msg) {
   if (opts == NULL) return set_msg(msg, FORGE_RECALIB_ERR_NULL, "options is NULL");
   if (opts->use_window == 0) {
-    if (!(opts->momentum >= 0.0f && opts->momentum <= 1.0f)) {
+    if (!int_momentum_ok(opts->momentum)) {
       return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS,
                      "momentum must be a number in [0, 1]");
     }
@@ -109,7 +110,7 @@ int forge_recalib_validate_options(const forge_recalib_options* opts,
     return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS,
                    "exactly one of momentum or window must be set");
   }
-  if (!(is_finite_f(opts->eps) && opts->eps > 0.0f)) {
+  if (!int_eps_ok(opts->eps)) {
     return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS,
                    "eps must be finite and > 0");
   }
@@ -153,13 +154,39 @@ int forge_recalib_validate_options(const forge_recalib_options* opts,
   return set_msg(msg, FORGE_RECALIB_OK, "ok");
 }
 
-static int scale_ok(float s) {
-  return s >= FORGE_RECALIB_SCALE_MIN && s <= FORGE_RECALIB_SCALE_MAX;
+/* round_half_away(fl32(6.0f / s_y)) for a validated scale s_y (normal, > 0),
+ * or -1 when that quotient is >= 256 (qmax saturates): the float32 division,
+ * correctly rounded to nearest even, emulated on integers. */
+static int32_t int_six_over_scale(uint32_t sy_bits) {
+  const uint64_t m = (sy_bits & 0x7FFFFFu) | 0x800000u; /* s_y = m 2^(e-23) */
+  const int32_t e = (int32_t)((sy_bits >> 23) & 255u) - 127;
+  const uint64_t num = (uint64_t)0xC00000u << 26;       /* 6 = 0xC00000 2^-21 */
+  uint64_t q = num / m, low, half, mant;
+  const int sticky = num % m != 0;
+  int32_t drop = 0, exp2, sh;
+  while ((q >> drop) >= (1u << 24)) ++drop; /* q has 26 or 27 bits */
+  low = q & (((uint64_t)1 << drop) - 1u);
+  half = (uint64_t)1 << (drop - 1);
+  mant = q >> drop;
+  if (low > half || (low == half && (sticky || (mant & 1u)))) ++mant;
+  exp2 = 2 - e - 26 + drop; /* the quotient is mant * 2^exp2 */
+  if (exp2 >= 0) return -1;  /* mant >= 2^23: far above 256 */
+  sh = -exp2;
+  if (sh <= 16 && mant >= ((uint64_t)256 << sh)) return -1;
+  if (sh > 40) return 0;
+  return (int32_t)((mant + ((uint64_t)1 << (sh - 1))) >> sh);
 }
 
-int forge_recalib_prepare_quant(const forge_recalib_options* opts, float s_x,
-                                int32_t z_x, float s_y, int32_t z_y,
-                                forge_recalib_quant* quant, const char** msg) {
+/* s in [2^-40, 2^40] (0x2B800000 .. 0x53800000), on its bits: NaN, negative
+ * values and -0.0 are outside, as the float comparisons have them. */
+static int scale_ok(float s) {
+  const uint32_t b = bits_of(&s);
+  return b >= 0x2B800000u && b <= 0x53800000u;
+}
+
+int forge_recalib_prepare_quant_int(const forge_recalib_options* opts, float s_x,
+                                    int32_t z_x, float s_y, int32_t z_y,
+                                    forge_recalib_quant* quant, const char** msg) {
   int32_t qmin = -128, qmax = 127;
   int status;
   if (quant == NULL) return set_msg(msg, FORGE_RECALIB_ERR_NULL, "quant is NULL");
@@ -184,41 +211,45 @@ int forge_recalib_prepare_quant(const forge_recalib_options* opts, float s_x,
                    "output zero point must be in [-128, 127]");
   }
   /* TFLite CalculateActivationRangeQuantized: quantize(0) = z_y and
-   * quantize(6) = z_y + round_half_away(6.0f / s_y). */
+   * quantize(6) = z_y + round_half_away(6.0f / s_y), that float32 division
+   * emulated on integers (int_six_over_scale). */
   if (opts->activation == FORGE_RECALIB_ACT_RELU ||
       opts->activation == FORGE_RECALIB_ACT_RELU6) {
     qmin = z_y; /* max(-128, z_y) */
   }
   if (opts->activation == FORGE_RECALIB_ACT_RELU6) {
-    float six = 6.0f / s_y;
-    /* six >= 256 already saturates (z_y + 256 > 127); avoids int overflow. */
-    if (six < 256.0f) {
-      int32_t i = (int32_t)six; /* trunc, six >= 0 */
-      float frac = six - (float)i; /* exact */
-      int32_t six_q = i + (frac >= 0.5f ? 1 : 0);
-      if (z_y + six_q < qmax) qmax = z_y + six_q;
-    }
+    const int32_t six_q = int_six_over_scale(bits_of(&s_y));
+    if (six_q >= 0 && z_y + six_q < qmax) qmax = z_y + six_q;
   }
+  memset(quant, 0, sizeof(*quant)); /* the float constants stay 0.0f */
   quant->s_x = s_x;
   quant->s_y = s_y;
   quant->z_x = z_x;
   quant->z_y = z_y;
-  quant->r = s_x / s_y;
-  quant->inv_sy = 1.0f / s_y;
-  quant->sx2 = s_x * s_x;
-  quant->zy_f = (float)z_y;
   quant->qmin = qmin;
   quant->qmax = qmax;
-  quant->qmin_f = (float)qmin;
-  quant->qmax_f = (float)qmax;
   quant->activation = opts->activation;
   quant->magic = FORGE_RECALIB_QUANT_MAGIC;
   return set_msg(msg, FORGE_RECALIB_OK, "ok");
 }
 
+int forge_recalib_prepare_quant(const forge_recalib_options* opts, float s_x,
+                                int32_t z_x, float s_y, int32_t z_y,
+                                forge_recalib_quant* quant, const char** msg) {
+  const int status =
+      forge_recalib_prepare_quant_int(opts, s_x, z_x, s_y, z_y, quant, msg);
+  if (status != FORGE_RECALIB_OK) return status;
+  quant->r = s_x / s_y;
+  quant->inv_sy = 1.0f / s_y;
+  quant->sx2 = s_x * s_x;
+  quant->zy_f = (float)z_y;
+  quant->qmin_f = (float)quant->qmin;
+  quant->qmax_f = (float)quant->qmax;
+  return FORGE_RECALIB_OK;
+}
+
 int forge_recalib_check_targets(const float* beta, const float* gamma_abs,
                                 int32_t C, const char** msg) {
-  int32_t c;
   if (beta == NULL || gamma_abs == NULL) {
     return set_msg(msg, FORGE_RECALIB_ERR_NULL, "beta/gamma_abs is NULL");
   }
@@ -226,18 +257,7 @@ int forge_recalib_check_targets(const float* beta, const float* gamma_abs,
     return set_msg(msg, FORGE_RECALIB_ERR_SHAPE,
                    "channel count must be in [1, 65536]");
   }
-  for (c = 0; c < C; ++c) {
-    if (!(beta[c] >= -FORGE_RECALIB_TARGET_MAX &&
-          beta[c] <= FORGE_RECALIB_TARGET_MAX)) {
-      return set_msg(msg, FORGE_RECALIB_ERR_TARGETS,
-                     "beta must be finite with |beta| <= 2^40");
-    }
-    if (!(gamma_abs[c] >= 0.0f && gamma_abs[c] <= FORGE_RECALIB_TARGET_MAX)) {
-      return set_msg(msg, FORGE_RECALIB_ERR_TARGETS,
-                     "gamma_abs must be finite with 0 <= gamma_abs <= 2^40");
-    }
-  }
-  return set_msg(msg, FORGE_RECALIB_OK, "ok");
+  return int_check_targets(beta, gamma_abs, C, msg); /* on bits: no float op */
 }
 
 int forge_recalib_state_reset(const float* beta, const float* gamma_abs,

@@ -189,6 +189,15 @@ int forge_recalib_prepare_quant(const forge_recalib_options* opts, float s_x,
                                 int32_t z_x, float s_y, int32_t z_y,
                                 forge_recalib_quant* quant, const char** msg);
 
+/* Prepare's integer part alone: validation, zero points, qmin/qmax (the
+ * float32 relu6 bound emulated on integers), magic; the float constants (r,
+ * inv_sy, sx2, zy_f, qmin_f, qmax_f) stay 0. No float operation: what the
+ * integer arithmetic needs, and all an FPU-less build of it
+ * (FORGE_RECALIB_INT_ONLY) links. forge_recalib_prepare_quant = this + those. */
+int forge_recalib_prepare_quant_int(const forge_recalib_options* opts, float s_x,
+                                    int32_t z_x, float s_y, int32_t z_y,
+                                    forge_recalib_quant* quant, const char** msg);
+
 /* Validates beta/gamma_abs (finite, |beta| <= 2^40, 0 <= gamma_abs <= 2^40). */
 int forge_recalib_check_targets(const float* beta, const float* gamma_abs,
                                 int32_t C, const char** msg);
@@ -361,12 +370,14 @@ int forge_recalib_s8_hooked(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
  *   forge_recalib_s8_mve      src/forge_recalib_mve.c  Armv8.1-M with Helium
  *       floating point (Cortex-M55/M85): vector stats and affine passes,
  *       gather-load table path.
- *   forge_recalib_s8_esp32s3  (placeholder, not built): an ESP32-S3 PIE
- *       variant would go in src/forge_recalib_esp32s3.c, guarded by
- *       FORGE_RECALIB_ESP32S3, with the same hooks (see the stub at the end
- *       of forge_recalib_cortexm.c); no Xtensa toolchain is available here.
+ *   forge_recalib_s8_esp32s3  src/forge_recalib_esp32s3.c  ESP32-S3 (Xtensa
+ *       LX7 + PIE, FORGE_RECALIB_ESP32S3 defined by the build): PIE stats
+ *       pass, scalar-FPU affine pass, table path with its clamped runs found
+ *       by binary search.
  *
- * FORGE_RECALIB_*_AVAILABLE: the compiler targets that extension.
+ * FORGE_RECALIB_*_AVAILABLE: the compiler targets that extension (the S3's
+ * PIE is invisible to the preprocessor: Xtensa plus the build's
+ * FORGE_RECALIB_ESP32S3, which also selects it).
  * FORGE_RECALIB_CORTEXM (set by a build that compiles the variant files):
  * FORGE_RECALIB_S8_TARGET names the best variant available, which the TFLM
  * kernel calls; without it (ESP-IDF, hosts, other builds) it is the ansi core. */
@@ -376,6 +387,9 @@ int forge_recalib_s8_hooked(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
 #endif
 #if defined(__ARM_FEATURE_MVE) && (__ARM_FEATURE_MVE & 2)
 #define FORGE_RECALIB_MVE_AVAILABLE 1
+#endif
+#if defined(__XTENSA__) && defined(FORGE_RECALIB_ESP32S3)
+#define FORGE_RECALIB_ESP32S3_AVAILABLE 1
 #endif
 
 #if defined(FORGE_RECALIB_CORTEXM_AVAILABLE)
@@ -409,8 +423,7 @@ int forge_recalib_s8_mve_path(const int8_t* x, int8_t* y, int32_t N,
                               int32_t path, void* scratch,
                               size_t scratch_bytes, const char** msg);
 #endif
-#if defined(FORGE_RECALIB_ESP32S3)
-/* Placeholder: not implemented in this tree (no ESP32-S3 toolchain here). */
+#if defined(FORGE_RECALIB_ESP32S3_AVAILABLE)
 int forge_recalib_s8_esp32s3(const int8_t* x, int8_t* y, int32_t N,
                              int32_t HW, int32_t C, const float* beta,
                              const float* gamma_abs, float* state,
@@ -418,12 +431,20 @@ int forge_recalib_s8_esp32s3(const int8_t* x, int8_t* y, int32_t N,
                              const forge_recalib_quant* quant, int32_t mode,
                              void* scratch, size_t scratch_bytes,
                              const char** msg);
+int forge_recalib_s8_esp32s3_path(
+    const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
+    const float* beta, const float* gamma_abs, float* state,
+    const forge_recalib_options* opts, const forge_recalib_quant* quant,
+    int32_t mode, int32_t path, void* scratch, size_t scratch_bytes,
+    const char** msg);
 #endif
 
 #if defined(FORGE_RECALIB_CORTEXM) && defined(FORGE_RECALIB_MVE_AVAILABLE)
 #define FORGE_RECALIB_S8_TARGET forge_recalib_s8_mve
 #elif defined(FORGE_RECALIB_CORTEXM) && defined(FORGE_RECALIB_CORTEXM_AVAILABLE)
 #define FORGE_RECALIB_S8_TARGET forge_recalib_s8_cortexm
+#elif defined(FORGE_RECALIB_ESP32S3_AVAILABLE)
+#define FORGE_RECALIB_S8_TARGET forge_recalib_s8_esp32s3
 #else
 #define FORGE_RECALIB_S8_TARGET forge_recalib_s8_ansi
 #endif

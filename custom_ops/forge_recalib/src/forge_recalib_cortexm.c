@@ -587,32 +587,5 @@ int forge_recalib_s8_cortexm(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
 
 #endif /* FORGE_RECALIB_CORTEXM_AVAILABLE */
 
-/* ------------------------------------------------------------------------
- * ESP32-S3 (Xtensa LX7 + PIE) variant: PLACEHOLDER, NOT BUILT.
- *
- * forge_recalib_s8_esp32s3 belongs in its own file
- * (src/forge_recalib_esp32s3.c, ESP-IDF component only) with the same
- * structure as above: a forge_recalib_hooks with a PIE stats pass
- * (EE.VLD.128 + 8-bit multiply-accumulate into per-lane QACC sums; exact
- * integers) and the table path (the LX7 FPU is scalar: the 256-entry table,
- * bit-identical by construction, costs ~4 instructions per element against
- * ~12 for the affine formula). No Xtensa toolchain is available in this
- * tree, so the stub below only fixes the name and the guard; defining
- * FORGE_RECALIB_ESP32S3 without an implementation fails the build on purpose.
- */
-#if defined(FORGE_RECALIB_ESP32S3) && defined(FORGE_RECALIB_ESP32S3_STUB)
-int forge_recalib_s8_esp32s3(const int8_t* x, int8_t* y, int32_t N,
-                             int32_t HW, int32_t C, const float* beta,
-                             const float* gamma_abs, float* state,
-                             const forge_recalib_options* opts,
-                             const forge_recalib_quant* quant, int32_t mode,
-                             void* scratch, size_t scratch_bytes,
-                             const char** msg) {
-  /* TODO(esp32s3): PIE hooks; until then the ansi core. */
-  return forge_recalib_s8_ansi(x, y, N, HW, C, beta, gamma_abs, state, opts,
-                               quant, mode, scratch, scratch_bytes, msg);
-}
-#endif
-
 /* ISO C forbids an empty translation unit. */
 typedef int forge_recalib_cortexm_translation_unit_not_empty;

@@ -229,31 +229,36 @@ static fx_t int_inv_sqrt(int32_t v) {
   return fx_make(0, (uint64_t)(2 * y), j - 9);
 }
 
-/* Steps I5-I7 for one channel: the quantized multiplier, its right shift and
- * the bias of the per-element sum. */
-static void int_coefficients(int32_t mu, int32_t var, const float* beta,
-                             const float* gamma_abs, int32_t c,
-                             const int_tensor* t, int32_t z_y, int32_t* mult,
-                             int32_t* shift, int32_t* bias) {
-  int64_t vpe = (int64_t)var + t->eps_v, by;
-  fx_t a;
+/* Step I6's gain A = gamma_abs / s_y / sqrt(var + eps) (output steps per x
+ * step) of one channel. */
+static fx_t int_gain(int32_t var, const float* gamma_abs, int32_t c,
+                     const int_tensor* t) {
+  int64_t vpe = (int64_t)var + t->eps_v;
   if (vpe > FORGE_RECALIB_INT_VAR_MAX) vpe = FORGE_RECALIB_INT_VAR_MAX;
-  a = fx_mul(fx_mul(fx_of(bits_of(&gamma_abs[c])), t->inv_sy),
-             int_inv_sqrt((int32_t)vpe));
-  if (a.mant == 0 || a.exp < -25) {
-    *mult = 0;
-    *shift = 0;
-  } else if (a.exp > 6) {
-    *mult = INT32_MAX;
-    *shift = 0;
-  } else {
-    *mult = (int32_t)a.mant;
-    *shift = 6 - a.exp;
-  }
-  by = fx_fixed(fx_mul(fx_of(bits_of(&beta[c])), t->inv_sy), INT_OUT_FRAC,
-                -((int64_t)1 << 30), (int64_t)1 << 30);
-  *bias = sat32(by + (int64_t)z_y * (1 << INT_OUT_FRAC) -
-                rdbpot64((int64_t)mu * *mult, 24 + *shift));
+  return fx_mul(fx_mul(fx_of(bits_of(&gamma_abs[c])), t->inv_sy),
+                int_inv_sqrt((int32_t)vpe));
+}
+
+/* The exponent I6 takes from a gain for the tensor's shift. */
+static int32_t int_gain_exp(fx_t a) {
+  if (a.mant == 0) return -1;
+  return a.exp < -1 ? -1 : a.exp > 6 ? 6 : a.exp;
+}
+
+/* Step I7 for one channel: the multiplier and the folded bias (rounding
+ * constant, zero points and -mu * A), from its gain at the tensor's shift. */
+static void int_fold(fx_t a, int32_t mu, const float* beta, int32_t c,
+                     const int_tensor* t, int32_t z_x, int32_t z_y, int32_t s,
+                     int32_t* mult, int32_t* bias) {
+  const int64_t m = fx_fixed(a, s, 0, FORGE_RECALIB_INT_MULT_MAX);
+  const int64_t by = fx_fixed(fx_mul(fx_of(bits_of(&beta[c])), t->inv_sy), s,
+                              -((int64_t)1 << 40), (int64_t)1 << 40);
+  int64_t b = by + (int64_t)z_y * ((int64_t)1 << s) + ((int64_t)1 << (s - 1)) -
+              (int64_t)z_x * m - rdbpot64((int64_t)mu * m, INT_MU_FRAC);
+  if (b > FORGE_RECALIB_INT_BIAS_MAX) b = FORGE_RECALIB_INT_BIAS_MAX;
+  if (b < -FORGE_RECALIB_INT_BIAS_MAX) b = -FORGE_RECALIB_INT_BIAS_MAX;
+  *mult = (int32_t)m;
+  *bias = (int32_t)b;
 }
 
 /* Steps I2-I4 for one channel from its sums: the state's EMA update. */
@@ -280,37 +285,66 @@ static void int_update(int32_t s1, int64_t s2, int32_t M, int32_t z_x,
   *var = *var + srdhm((int32_t)(v_used - *var), m31);
 }
 
-/* Step I8: y from x with each channel's multiplier, shift and bias. */
+/* Step I8: y = clamp((q * mult + bias) >> s): int32 throughout, since
+ * |q * mult| <= 2^29 and |bias| <= 2^30. */
 static void int_affine_pass(const int8_t* x, int8_t* y, int32_t M, int32_t C,
-                            const int32_t* mult, const int32_t* shift,
-                            const int32_t* bias, const forge_recalib_quant* quant) {
-  const int32_t z_x = quant->z_x, qmin = quant->qmin, qmax = quant->qmax;
+                            const int32_t* mult, const int32_t* bias, int32_t s,
+                            int32_t qmin, int32_t qmax) {
   int32_t row, c;
   for (row = 0; row < M; ++row) {
     const int8_t* xp = x + (size_t)row * (size_t)C;
     int8_t* yp = y + (size_t)row * (size_t)C;
     for (c = 0; c < C; ++c) {
-      const int32_t u = (int32_t)xp[c] - z_x; /* |u| <= 255: u * 2^23 fits */
-      const int32_t p = rdbpot32(srdhm(u * (1 << 23), mult[c]), shift[c]);
-      int32_t v = rdbpot32(sat32((int64_t)p + bias[c]), INT_OUT_FRAC);
+      int32_t v = ((int32_t)xp[c] * mult[c] + bias[c]) >> s;
       v = v < qmin ? qmin : v > qmax ? qmax : v;
       yp[c] = (int8_t)v;
     }
   }
 }
 
+/* |beta| <= 2^40 and 0 <= gamma_abs <= 2^40 (SPEC "Validation") on the bits
+ * (0x53800000: 2^40; NaN and inf are above it; -0.0 is a zero gamma_abs), so
+ * forge_recalib_check_targets shares it without a float comparison. */
+static int int_check_targets(const float* beta, const float* gamma_abs, int32_t C,
+                             const char** msg) {
+  int32_t c;
+  for (c = 0; c < C; ++c) {
+    const uint32_t b = bits_of(&beta[c]), g = bits_of(&gamma_abs[c]);
+    if ((b & 0x7FFFFFFFu) > 0x53800000u) {
+      return int_msg(msg, FORGE_RECALIB_ERR_TARGETS,
+                     "beta must be finite with |beta| <= 2^40");
+    }
+    if (g > 0x53800000u && g != 0x80000000u) {
+      return int_msg(msg, FORGE_RECALIB_ERR_TARGETS,
+                     "gamma_abs must be finite with 0 <= gamma_abs <= 2^40");
+    }
+  }
+  return int_msg(msg, FORGE_RECALIB_OK, "ok");
+}
+
+/* momentum in [0, 1] (-0.0 included, NaN not) and eps finite and > 0, on their
+ * bits: the sets the float comparisons accept, without a float operation. */
+static int int_momentum_ok(float m) {
+  const uint32_t b = bits_of(&m);
+  return b <= 0x3F800000u || b == 0x80000000u;
+}
+
+static int int_eps_ok(float e) {
+  const uint32_t b = bits_of(&e);
+  return b > 0u && b < 0x7F800000u;
+}
+
 /* The checks forge_recalib_validate_options makes of what this arithmetic
  * reads, on integers and bits (momentum in [0, 1], eps finite and > 0). */
 static int int_options_ok(const forge_recalib_options* opts) {
-  const uint32_t eps = bits_of(&opts->eps), m = bits_of(&opts->momentum);
   if (opts->arithmetic != FORGE_RECALIB_ARITH_INT || opts->classes != 0) return 0;
   if (opts->variance != FORGE_RECALIB_VAR_BATCH &&
       opts->variance != FORGE_RECALIB_VAR_RUNNING) {
     return 0;
   }
-  if (!(eps > 0u && eps < 0x7F800000u)) return 0;
+  if (!int_eps_ok(opts->eps)) return 0;
   if (opts->use_window == 1) return opts->window >= 1;
-  return opts->use_window == 0 && (m <= 0x3F800000u || m == 0x80000000u);
+  return opts->use_window == 0 && int_momentum_ok(opts->momentum);
 }
 
 int forge_recalib_int_state_reset(const forge_recalib_quant* quant,
@@ -328,16 +362,8 @@ int forge_recalib_int_state_reset(const forge_recalib_quant* quant,
     return int_msg(msg, FORGE_RECALIB_ERR_QUANT,
                    "quant was not built by forge_recalib_prepare_quant");
   }
-  for (c = 0; c < C; ++c) { /* 0x53800000: 2^40; NaN and inf are above it */
-    const uint32_t b = bits_of(&beta[c]), g = bits_of(&gamma_abs[c]);
-    if ((b & 0x7FFFFFFFu) > 0x53800000u) {
-      return int_msg(msg, FORGE_RECALIB_ERR_TARGETS,
-                     "beta must be finite with |beta| <= 2^40");
-    }
-    if (g > 0x53800000u && g != 0x80000000u) {
-      return int_msg(msg, FORGE_RECALIB_ERR_TARGETS,
-                     "gamma_abs must be finite with 0 <= gamma_abs <= 2^40");
-    }
+  if (int_check_targets(beta, gamma_abs, C, msg) != FORGE_RECALIB_OK) {
+    return FORGE_RECALIB_ERR_TARGETS;
   }
   t.inv_sx = fx_div(kFxOne, fx_of(bits_of(&quant->s_x)));
   for (c = 0; c < C; ++c) {

@@ -1,7 +1,6 @@
 // FORGE_RECALIB custom option parsing; see forge_recalib_options.h.
 #include "forge_recalib_options.h"
 
-#include <float.h>
 #include <string.h>
 
 // Only flexbuffer reading is used, never locale-dependent number parsing; 0
@@ -90,27 +89,97 @@ bool NameToCode(const flexbuffers::String& s, const char* (*name_of)(int32_t),
 
 enum class OptionRead { kOk, kWrongType, kOutOfRange };
 
-// Float option: any flexbuffer float width. A value outside the float32 range
-// (or NaN) is reported, never converted: that conversion is undefined behavior.
-OptionRead ReadFloat(const flexbuffers::Reference& v, float* out) {
-  if (!v.IsFloat()) return OptionRead::kWrongType;
-  const double d = v.AsDouble();
-  if (!(d >= -static_cast<double>(FLT_MAX) && d <= static_cast<double>(FLT_MAX))) {
-    return OptionRead::kOutOfRange;
+// A map value's type and bytes, read from the (verified) values vector without
+// flexbuffers' AsDouble/AsInt64: those convert between every numeric type (and
+// parse strings) in float, which would link float code into an FPU-less build.
+struct RawValue {
+  flexbuffers::Type type;
+  const uint8_t* data;  // the scalar itself (indirect ones followed)
+  uint8_t width;        // its byte width
+};
+
+// Reads the protected layout of a Vector: element i sits at data_ + i * width,
+// its packed type byte after the last element (flexbuffers' own layout).
+struct VectorBytes : flexbuffers::Vector {
+  explicit VectorBytes(const flexbuffers::Vector& v) : flexbuffers::Vector(v) {}
+  RawValue At(size_t i) const {
+    const uint8_t* slot = data_ + i * byte_width_;
+    const uint8_t packed = data_[size() * byte_width_ + i];
+    RawValue r{static_cast<flexbuffers::Type>(packed >> 2), slot, byte_width_};
+    if (r.type == flexbuffers::FBT_INDIRECT_FLOAT || r.type == flexbuffers::FBT_INDIRECT_INT ||
+        r.type == flexbuffers::FBT_INDIRECT_UINT) {
+      r.data = slot - flexbuffers::ReadUInt64(slot, byte_width_);
+      r.width = static_cast<uint8_t>(1u << (packed & 3));
+    }
+    return r;
   }
-  *out = static_cast<float>(d);  // Round to nearest.
+};
+
+// float32 bits of a finite double's bits, rounded to nearest even (as the
+// conversion), or false when it lies outside the float32 range (or is NaN).
+bool DoubleBitsToFloat(uint64_t d, uint32_t* out) {
+  const uint32_t sign = static_cast<uint32_t>(d >> 63) << 31;
+  const int32_t e = static_cast<int32_t>((d >> 52) & 0x7FF) - 1023;
+  uint64_t mant = d & ((uint64_t{1} << 52) - 1);
+  if (e == 1024) return false;                       // inf, NaN
+  if (e < -150) return *out = sign, true;            // below half the least subnormal
+  mant |= uint64_t{1} << 52;                         // the implicit bit
+  // Above FLT_MAX = 0xFFFFFF * 2^104 (checked before rounding, as the original
+  // comparison of the double with FLT_MAX did).
+  if (e > 127 || (e == 127 && mant > (uint64_t{0xFFFFFF} << 29))) return false;
+  // float32 keeps 24 bits (normal) or fewer (subnormal, e < -126).
+  const int32_t drop = 29 + (e < -126 ? -126 - e : 0);
+  const uint64_t low = mant & ((uint64_t{1} << drop) - 1), half = uint64_t{1} << (drop - 1);
+  uint64_t m = mant >> drop;
+  if (low > half || (low == half && (m & 1u))) ++m;  // may carry into the exponent
+  // Normal: biased exponent e + 127 above the implicit bit; subnormal: exponent 0.
+  const uint64_t bits = e < -126 ? m : ((static_cast<uint64_t>(e + 127) << 23) + m - (1u << 23));
+  *out = sign | static_cast<uint32_t>(bits);
+  return true;
+}
+
+// float32 bits of a small integer (|v| < 2^24: exact).
+uint32_t SmallIntToFloatBits(int32_t v) {
+  if (v == 0) return 0;
+  const uint32_t sign = v < 0 ? 0x80000000u : 0u;
+  uint32_t a = static_cast<uint32_t>(v < 0 ? -v : v);
+  int32_t e = 23;
+  while (a < (1u << 23)) a <<= 1, --e;
+  return sign | (static_cast<uint32_t>(e + 127) << 23) | (a & 0x7FFFFFu);
+}
+
+// Float option: any flexbuffer float width, as flexbuffers reads it (widths 1
+// and 2 are integers there). A value outside the float32 range (or NaN) is
+// reported, never converted; others round to the nearest float32. Integer
+// operations only (see RawValue).
+OptionRead ReadFloat(const RawValue& v, float* out) {
+  if (v.type != flexbuffers::FBT_FLOAT && v.type != flexbuffers::FBT_INDIRECT_FLOAT) {
+    return OptionRead::kWrongType;
+  }
+  uint32_t bits;
+  if (v.width == 8) {
+    if (!DoubleBitsToFloat(flexbuffers::ReadUInt64(v.data, 8), &bits)) {
+      return OptionRead::kOutOfRange;
+    }
+  } else if (v.width == 4) {
+    bits = static_cast<uint32_t>(flexbuffers::ReadUInt64(v.data, 4));
+    if ((bits & 0x7F800000u) == 0x7F800000u) return OptionRead::kOutOfRange;
+  } else {
+    bits = SmallIntToFloatBits(static_cast<int32_t>(flexbuffers::ReadInt64(v.data, v.width)));
+  }
+  memcpy(out, &bits, sizeof(bits));
   return OptionRead::kOk;
 }
 
 // Integer option: any flexbuffer int or uint width, within [lo, hi].
-OptionRead ReadInt(const flexbuffers::Reference& v, int64_t lo, int64_t hi, int32_t* out) {
+OptionRead ReadInt(const RawValue& v, int64_t lo, int64_t hi, int32_t* out) {
   int64_t i;
-  if (v.IsUInt()) {
-    const uint64_t u = v.AsUInt64();
+  if (v.type == flexbuffers::FBT_UINT || v.type == flexbuffers::FBT_INDIRECT_UINT) {
+    const uint64_t u = flexbuffers::ReadUInt64(v.data, v.width);
     if (u > static_cast<uint64_t>(hi)) return OptionRead::kOutOfRange;
     i = static_cast<int64_t>(u);
-  } else if (v.IsInt()) {
-    i = v.AsInt64();
+  } else if (v.type == flexbuffers::FBT_INT || v.type == flexbuffers::FBT_INDIRECT_INT) {
+    i = flexbuffers::ReadInt64(v.data, v.width);
   } else {
     return OptionRead::kWrongType;
   }
@@ -144,6 +213,7 @@ int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
   const flexbuffers::Map map = flexbuffers::GetRoot(buf, length).AsMap();
   const flexbuffers::TypedVector keys = map.Keys();
   const flexbuffers::Vector values = map.Values();
+  const VectorBytes raw_values(values);
   if (keys.size() != values.size()) {
     return Fail(msg, "malformed flexbuffer options: key/value count mismatch");
   }
@@ -155,10 +225,11 @@ int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
     if (!key_ref.IsKey()) return Fail(msg, "malformed flexbuffer options: key");
     const char* key = key_ref.AsKey();
     const flexbuffers::Reference v = values[i];
+    const RawValue raw = raw_values.At(i);
     if (KeyIs(key, "momentum")) {
       if (has_momentum) return Fail(msg, "duplicate option key 'momentum'");
       has_momentum = true;
-      const OptionRead r = ReadFloat(v, &out->momentum);
+      const OptionRead r = ReadFloat(raw, &out->momentum);
       if (r == OptionRead::kWrongType) {
         return Fail(msg, "option 'momentum' must be a float");
       }
@@ -168,13 +239,13 @@ int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
     } else if (KeyIs(key, "window")) {
       if (has_window) return Fail(msg, "duplicate option key 'window'");
       has_window = true;
-      const OptionRead r = ReadInt(v, 1, INT32_MAX, &out->window);
+      const OptionRead r = ReadInt(raw, 1, INT32_MAX, &out->window);
       if (r == OptionRead::kWrongType) return Fail(msg, "option 'window' must be an integer");
       if (r == OptionRead::kOutOfRange) return Fail(msg, "window must be in [1, 2^31-1]");
     } else if (KeyIs(key, "eps")) {
       if (has_eps) return Fail(msg, "duplicate option key 'eps'");
       has_eps = true;
-      const OptionRead r = ReadFloat(v, &out->eps);
+      const OptionRead r = ReadFloat(raw, &out->eps);
       if (r == OptionRead::kWrongType) return Fail(msg, "option 'eps' must be a float");
       if (r == OptionRead::kOutOfRange) return Fail(msg, "eps must be finite and > 0");
     } else if (KeyIs(key, "activation")) {
@@ -196,7 +267,7 @@ int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
     } else if (KeyIs(key, "classes")) {
       if (has_classes) return Fail(msg, "duplicate option key 'classes'");
       has_classes = true;
-      const OptionRead r = ReadInt(v, 0, FORGE_RECALIB_MAX_CLASSES, &out->classes);
+      const OptionRead r = ReadInt(raw, 0, FORGE_RECALIB_MAX_CLASSES, &out->classes);
       if (r == OptionRead::kWrongType) return Fail(msg, "option 'classes' must be an integer");
       if (r == OptionRead::kOutOfRange || out->classes == 1) {
         return Fail(msg, "classes must be 0 (off) or in [2, 256]");
@@ -204,7 +275,7 @@ int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
     } else if (KeyIs(key, "class_margin")) {
       if (has_class_margin) return Fail(msg, "duplicate option key 'class_margin'");
       has_class_margin = true;
-      const OptionRead r = ReadInt(v, 0, 255, &out->class_margin);
+      const OptionRead r = ReadInt(raw, 0, 255, &out->class_margin);
       if (r == OptionRead::kWrongType) {
         return Fail(msg, "option 'class_margin' must be an integer");
       }
@@ -212,7 +283,7 @@ int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
     } else if (KeyIs(key, "class_guard")) {
       if (has_class_guard) return Fail(msg, "duplicate option key 'class_guard'");
       has_class_guard = true;
-      const OptionRead r = ReadInt(v, 0, FORGE_RECALIB_MAX_GUARD, &out->class_guard);
+      const OptionRead r = ReadInt(raw, 0, FORGE_RECALIB_MAX_GUARD, &out->class_guard);
       if (r == OptionRead::kWrongType) {
         return Fail(msg, "option 'class_guard' must be an integer");
       }

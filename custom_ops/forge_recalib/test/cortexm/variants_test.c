@@ -1,7 +1,9 @@
 /* Bit-exactness test and instruction counts of the Cortex-M variants of the
  * FORGE_RECALIB C core against forge_recalib_s8_ansi, bare metal under
  * qemu-system-arm (mps2-an386 Cortex-M4F, mps3-an547 Cortex-M55); see
- * Makefile and tests/custom_ops/test_cortexm_variants.py.
+ * Makefile and tests/custom_ops/test_cortexm_variants.py. The same file tests
+ * the ESP32-S3 variant under qemu-system-xtensa (../esp32s3/Makefile,
+ * tests/custom_ops/test_esp32s3_variants.py).
  *
  * Test (default): random cases (C in 1..70, 96, 128, 256; M = N*HW from 1 to
  * a few thousand; adapt/frozen; every activation and variance estimator;
@@ -25,10 +27,22 @@
 
 #include "forge_recalib.h"
 
+#if defined(__XTENSA__)
+/* The ESP32-S3 build (../esp32s3/Makefile): esp32s3_app/esp32s3/startup.c,
+ * CCOUNT as the clock, lines through UART0. */
+extern uint64_t esp32s3_ccount64(void);
+extern const char* esp32s3_cmdline(char* buf, int size);
+extern void esp32s3_write0(const char* s);
+#define cortexm_systick_start() ((void)0)
+#define cortexm_systick_ticks esp32s3_ccount64
+#define cortexm_cmdline esp32s3_cmdline
+#define cortexm_write0 esp32s3_write0
+#else
 extern void cortexm_systick_start(void);
 extern uint64_t cortexm_systick_ticks(void);
 extern const char* cortexm_cmdline(char* buf, int size);
 extern void cortexm_write0(const char* s);
+#endif
 
 /* Lines go out through SYS_WRITE0 (QEMU's semihosting console, which a
  * chardev can send to a file), as esp32s3_app/cortexm does. */
@@ -64,6 +78,9 @@ static const Variant kVariants[] = {
 #ifdef FORGE_RECALIB_MVE_AVAILABLE
     {"mve", forge_recalib_s8_mve_path},
 #endif
+#ifdef FORGE_RECALIB_ESP32S3_AVAILABLE
+    {"esp32s3", forge_recalib_s8_esp32s3_path},
+#endif
 };
 #define NUM_VARIANTS ((int)(sizeof(kVariants) / sizeof(kVariants[0])))
 static const char* const kPathNames[3] = {"auto", "affine", "lut"};
@@ -93,7 +110,9 @@ static float rnd_log(int32_t e_lo, int32_t e_hi) { /* ~ 2^[e_lo, e_hi] */
 
 /* ---------------------------------------------------------------- buffers */
 
+#ifndef MAX_ELEMS /* the S3's 480 KB of data RAM holds 3072 * 32 */
 #define MAX_ELEMS (3072 * 70)
+#endif
 #define MAX_C 256
 #define NUM_SLOTS (1 + 3 * 2) /* ansi + (variant x path), at most 2 variants */
 static int8_t g_x[MAX_ELEMS];
