@@ -102,3 +102,6 @@ def test_variants_fewer_instructions(tools, board):
   for shape in ("32x32x16", "16x16x32", "8x8x64"):
     ansi, var = per[("ansi", "auto", shape)], per[(best, "auto", shape)]
     assert 0 < var < ansi, (shape, ansi, var, text)
+    # Arithmetic int (path=int): the target's stats pass and I8 loop.
+    ansi, var = per[("ansi", "int", shape)], per[(best, "int", shape)]
+    assert 0 < var < ansi, (shape, "int", ansi, var, text)

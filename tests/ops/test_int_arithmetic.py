@@ -163,3 +163,40 @@ def test_int_state_format_follows_options():
   assert i_op.state.data.dtype == np.int32 and f_op.state.data.dtype == np.float32
   with pytest.raises(ValueError, match="arithmetic=int, the state is float32"):
     ops.RecalibOp(i_op.options, quant, beta, gamma, state=f_op.state)
+
+
+def test_int_requantization_error_bound():
+  """SPEC I8's precision: before its floor, (q * mult + bias) / 2^S is the exact
+  affine map A (u - mu) + beta / s_y + z_y + 1/2 (A, 1/s_y the fx values) within
+  (|u - mu| + 2) 2^-(S+1) output steps, S the tensor's shift, wherever the bias is
+  not saturated."""
+  from fractions import Fraction as F
+  rng = np.random.default_rng(8)
+  worst = 0.0
+  for trial in range(60):
+    c = 8
+    s_x, s_y = [np.float32(v) for v in 2.0 ** rng.uniform(-8, 3, 2)]
+    quant = ops.QuantParams(float(s_x), int(rng.integers(-128, 128)), float(s_y),
+                            int(rng.integers(-128, 128)))
+    q = reference.prepare_quant("none", quant.s_x, quant.z_x, quant.s_y, quant.z_y)
+    t = reference.int_tensor(q, np.float32(1e-5))
+    beta = (rng.normal(size=c) * 4).astype(np.float32)
+    gamma = np.abs(rng.normal(size=c) * 2.0 ** rng.uniform(-6, 4, c)).astype(np.float32)
+    mu = rng.integers(-2**22, 2**22, c)
+    var = rng.integers(1, 2**26, c)
+    mult, s, bias = reference.int_coefficients(mu, var, beta, gamma, t)
+    assert 15 <= s <= 22 and mult.max() <= 2**22 and np.abs(bias).max() <= 2**30
+    fxv = lambda a: F(a[1]) * F(2) ** (a[2] - 30) * (-1 if a[0] else 1)
+    for ch in range(c):
+      if abs(int(bias[ch])) == 2**30:
+        continue
+      a = fxv(reference._int_gain(int(var[ch]), gamma[ch], t))
+      by = fxv(reference.fx_mul(reference.fx_of(beta[ch]), t.inv_sy))
+      for qv in (-128, -1, 0, 77, 127):
+        u = qv - quant.z_x
+        exact = a * (u - F(int(mu[ch]), 2**16)) + by + quant.z_y + F(1, 2)
+        got = F(qv * int(mult[ch]) + int(bias[ch]), 2**s)
+        bound = (abs(u - F(int(mu[ch]), 2**16)) + 2) / F(2) ** (s + 1)
+        assert abs(got - exact) <= bound, (trial, ch, qv)
+        worst = max(worst, float(abs(got - exact) / bound))
+  assert worst > 0.05  # the bound is not vacuous

@@ -431,9 +431,9 @@ static int s8_run(const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
     return set_msg(msg, FORGE_RECALIB_ERR_SCRATCH, "scratch too small");
   }
   if (opts->arithmetic == FORGE_RECALIB_ARITH_INT) {
-    /* Every variant's loops are float ones: the integer arithmetic runs here. */
-    return forge_recalib_s8_int(x, y, N, HW, C, beta, gamma_abs, (int32_t*)state,
-                                opts, quant, mode, scratch, scratch_bytes, msg);
+    /* The integer arithmetic, with this target's stats pass and int loop. */
+    return int_run(x, y, N, HW, C, beta, gamma_abs, (int32_t*)state, opts, quant,
+                   mode, scratch, scratch_bytes, msg, hooks, simd);
   }
 
   /* SPEC "Repair": a channel whose state is not usable restarts from its targets

@@ -236,10 +236,12 @@ int forge_recalib_s8_ansi_path(const int8_t* x, int8_t* y, int32_t N,
  * SPEC.md "Integer arithmetic": src/forge_recalib_int.c, integer operations only
  * (float32 constants are read from their bits). The state is then 2*C int32,
  * [mu (Q16), var (Q12)] in x's quantized units, in the same 8 bytes per channel;
- * forge_recalib_s8_ansi and every variant dispatch to forge_recalib_s8_int for
- * this option (the variants' SIMD loops are float ones: they fall back to it). */
+ * forge_recalib_s8_ansi and every variant run it for this option, with the
+ * variant's stats pass and its int_elementwise hook where it has one. */
 #define FORGE_RECALIB_INT_MU_MAX (1 << 30)       /* |mu|, Q16: 16384 units */
 #define FORGE_RECALIB_INT_VAR_MAX ((1 << 30) - 1) /* var, Q12: 2^18 units^2 */
+#define FORGE_RECALIB_INT_MULT_MAX (1 << 22) /* per-element multiplier (I6) */
+#define FORGE_RECALIB_INT_BIAS_MAX (1 << 30) /* folded bias, saturated (I7) */
 
 /* state = the reset values beta / s_x (Q16) and (gamma_abs / s_x)^2 (Q12),
  * saturated; validates the targets (as forge_recalib_check_targets, on their
@@ -338,7 +340,9 @@ int32_t forge_recalib_class_label_s8(const int8_t* logits, int32_t K,
  * 0 (touching nothing) to let the ansi loop run.
  *   stats:       S1/S2 of x[M][C] into s1/s2 (s2_blk: C int32 of scratch).
  *   elementwise: y from x with the coefficients a/b; lut is the [C][256]
- *                table area when the table path was chosen, else NULL. */
+ *                table area when the table path was chosen, else NULL.
+ *   int_elementwise (arithmetic int, SPEC I8; NULL: the ansi loop):
+ *                y = clamp((q * mult[c] + bias[c]) >> shift, qmin, qmax). */
 typedef struct {
   int (*stats)(const int8_t* x, int32_t M, int32_t C, int64_t* s2,
                int32_t* s1, int32_t* s2_blk);
@@ -346,6 +350,9 @@ typedef struct {
                      const float* a, const float* b,
                      const forge_recalib_quant* quant, int8_t* lut);
   int32_t lut_min_m; /* AUTO takes the table from this M on */
+  int (*int_elementwise)(const int8_t* x, int8_t* y, int32_t M, int32_t C,
+                         const int32_t* mult, const int32_t* bias,
+                         int32_t shift, const forge_recalib_quant* quant);
 } forge_recalib_hooks;
 
 int forge_recalib_s8_hooked(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
@@ -393,6 +400,12 @@ int forge_recalib_s8_hooked(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
 #endif
 
 #if defined(FORGE_RECALIB_CORTEXM_AVAILABLE)
+/* Internal (forge_recalib_cortexm.c, shared with forge_recalib_mve.c): the DSP
+ * extension's SPEC I8 loop, a forge_recalib_hooks int_elementwise. */
+int forge_recalib_cortexm_int_elementwise(const int8_t* x, int8_t* y, int32_t M,
+                                          int32_t C, const int32_t* mult,
+                                          const int32_t* bias, int32_t shift,
+                                          const forge_recalib_quant* quant);
 int forge_recalib_s8_cortexm(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
                              int32_t C, const float* beta,
                              const float* gamma_abs, float* state,

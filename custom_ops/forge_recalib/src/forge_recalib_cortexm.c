@@ -38,6 +38,10 @@
  *     is hi) are lo (hi) throughout and are filled without evaluation.
  *     Chosen by AUTO from M >= FORGE_RECALIB_CORTEXM_LUT_MIN_M (the crossover
  *     measured on the QEMU Cortex-M4; test/cortexm/README.md).
+ *
+ *   arithmetic int (forge_recalib_int.c runs the invocation with cm_stats and
+ *     this file's SPEC I8 loop, forge_recalib_cortexm_int_elementwise, which
+ *     the Helium variant shares): LDRSB, MLA, SSAT-with-shift, STRB per element.
  */
 #include "forge_recalib.h"
 
@@ -558,8 +562,97 @@ static int cm_elementwise(const int8_t* x, int8_t* y, int32_t M, int32_t C,
   return 1;
 }
 
+/* ------------------------------------------- per element: arithmetic int
+ * SPEC I8, y = clamp((q * mult + bias) >> S, qmin, qmax): two adjacent
+ * channels by two rows per step, their multipliers and biases in registers
+ * (four channels would need 13 registers with the pointers). Per element
+ * LDRSB, MLA, SSAT #8 with ASR #S (S is the tensor's, an immediate: one loop
+ * per S in [15, 22]), STRB: exact int32 as the ansi loop (|q * mult + bias|
+ * < 2^31). SSAT's [-128, 127] is the whole clamp when [qmin, qmax] is; other
+ * ranges take the C loop below. */
+#define CM_INT_ELEM(OFF, MK, BK)                    \
+  "ldrsb %[t], [%[p]" OFF "]\n\t"                 \
+  "mla %[t], %[t], %[" MK "], %[" BK "]\n\t"     \
+  "ssat %[t], #8, %[t], asr %[s]\n\t"             \
+  "strb %[t], [%[py]" OFF "]\n\t"
+
+static inline __attribute__((always_inline)) void int2x2_sat(
+    const int8_t* xp, int8_t* yp, int32_t pairs, int32_t stride,
+    const int32_t* mult, const int32_t* bias, const int32_t S) {
+  const int8_t* p = xp;
+  int8_t* py = yp;
+  int32_t n = pairs, t;
+  __asm__ volatile(
+      "1:\n\t" CM_INT_ELEM("", "m0", "b0") CM_INT_ELEM(", #1", "m1", "b1")
+          CM_INT_ELEM(", %[st]", "m0", "b0") CM_INT_ELEM(", %[st1]", "m1", "b1")
+      "add %[p], %[p], %[st2]\n\t"
+      "add %[py], %[py], %[st2]\n\t"
+      "subs %[n], %[n], #1\n\t"
+      "bne 1b\n\t"
+      : [p] "+r"(p), [py] "+r"(py), [n] "+r"(n), [t] "=&r"(t)
+      : [st] "r"(stride), [st1] "r"(stride + 1), [st2] "r"(2 * stride),
+        [m0] "r"(mult[0]), [m1] "r"(mult[1]), [b0] "r"(bias[0]),
+        [b1] "r"(bias[1]), [s] "i"(S)
+      : "cc", "memory");
+}
+
+/* Channels c, c+1, full range, `pairs` pairs of rows, at the shift s. */
+static void int2x2_sat_any(const int8_t* xp, int8_t* yp, int32_t pairs,
+                           int32_t stride, const int32_t* mult,
+                           const int32_t* bias, int32_t s) {
+  switch (s) {
+    case 15: int2x2_sat(xp, yp, pairs, stride, mult, bias, 15); break;
+    case 16: int2x2_sat(xp, yp, pairs, stride, mult, bias, 16); break;
+    case 17: int2x2_sat(xp, yp, pairs, stride, mult, bias, 17); break;
+    case 18: int2x2_sat(xp, yp, pairs, stride, mult, bias, 18); break;
+    case 19: int2x2_sat(xp, yp, pairs, stride, mult, bias, 19); break;
+    case 20: int2x2_sat(xp, yp, pairs, stride, mult, bias, 20); break;
+    case 21: int2x2_sat(xp, yp, pairs, stride, mult, bias, 21); break;
+    default: int2x2_sat(xp, yp, pairs, stride, mult, bias, 22); break;
+  }
+}
+
+/* One channel, any [qmin, qmax]: rows at stride. */
+static void int_channel_c(const int8_t* xp, int8_t* yp, int32_t M, size_t stride,
+                          int32_t m, int32_t b, int32_t s, int32_t qmin,
+                          int32_t qmax) {
+  int32_t i;
+  for (i = 0; i < M; ++i, xp += stride, yp += stride) {
+    int32_t v = ((int32_t)xp[0] * m + b) >> s;
+    v = v < qmin ? qmin : v > qmax ? qmax : v;
+    yp[0] = (int8_t)v;
+  }
+}
+
+int forge_recalib_cortexm_int_elementwise(const int8_t* x, int8_t* y, int32_t M,
+                                         int32_t C, const int32_t* mult,
+                                         const int32_t* bias, int32_t shift,
+                                         const forge_recalib_quant* quant) {
+  const int full = quant->qmin == -128 && quant->qmax == 127;
+  const size_t last = (size_t)(M - 1) * (size_t)C; /* the odd row, if any */
+  int32_t c = 0;
+  if (M < 1 || shift < 15 || shift > 22) return 0; /* not I8's: the ansi loop */
+  if (full && M >= 2) {
+    for (; c + 2 <= C; c += 2) {
+      int2x2_sat_any(x + c, y + c, M >> 1, C, mult + c, bias + c, shift);
+      if (M & 1) {
+        int_channel_c(x + last + c, y + last + c, 1, 1, mult[c], bias[c], shift,
+                      -128, 127);
+        int_channel_c(x + last + c + 1, y + last + c + 1, 1, 1, mult[c + 1],
+                      bias[c + 1], shift, -128, 127);
+      }
+    }
+  }
+  for (; c < C; ++c) {
+    int_channel_c(x + c, y + c, M, (size_t)C, mult[c], bias[c], shift,
+                  quant->qmin, quant->qmax);
+  }
+  return 1;
+}
+
 static const forge_recalib_hooks kCortexmHooks = {
-    cm_stats, cm_elementwise, FORGE_RECALIB_CORTEXM_LUT_MIN_M};
+    cm_stats, cm_elementwise, FORGE_RECALIB_CORTEXM_LUT_MIN_M,
+    forge_recalib_cortexm_int_elementwise};
 
 int forge_recalib_s8_cortexm_path(
     const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,

@@ -176,8 +176,9 @@ static int s3_elementwise(const int8_t* x, int8_t* y, int32_t M, int32_t C,
   return 1;
 }
 
+/* No int_elementwise: the integer option runs the generic loop here. */
 static const forge_recalib_hooks kEsp32s3Hooks = {
-    s3_stats, s3_elementwise, FORGE_RECALIB_ESP32S3_LUT_MIN_M};
+    s3_stats, s3_elementwise, FORGE_RECALIB_ESP32S3_LUT_MIN_M, NULL};
 
 int forge_recalib_s8_esp32s3_path(
     const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,

@@ -24,7 +24,6 @@
 #define FORGE_RECALIB_S2_BLOCK 65536
 #define INT_MU_FRAC 16  /* fraction bits of mu and the batch mean */
 #define INT_VAR_FRAC 12 /* of var and the batch variance */
-#define INT_OUT_FRAC 16 /* of the per-element sum before its rounding */
 #define INT_NEWTON_STEPS 4
 
 /* Integer statistics over M rows of C channels: exact (SPEC step 1). */
@@ -73,12 +72,6 @@ static int64_t rdbpot64(int64_t x, int32_t e) {
   return (x >> e) + ((x & mask) > thr ? 1 : 0);
 }
 
-static int32_t rdbpot32(int32_t x, int32_t e) {
-  const int32_t mask = (int32_t)(((uint32_t)1 << e) - 1u);
-  const int32_t thr = (mask >> 1) + (x < 0 ? 1 : 0);
-  return (x >> e) + ((x & mask) > thr ? 1 : 0);
-}
-
 /* gemmlowp SaturatingRoundingDoublingHighMul. */
 static int32_t srdhm(int32_t a, int32_t b) {
   int64_t ab, nudge;
@@ -86,10 +79,6 @@ static int32_t srdhm(int32_t a, int32_t b) {
   ab = (int64_t)a * (int64_t)b;
   nudge = ab >= 0 ? (int64_t)1 << 30 : 1 - ((int64_t)1 << 30);
   return (int32_t)((ab + nudge) / ((int64_t)1 << 31));
-}
-
-static int32_t sat32(int64_t v) {
-  return v > INT32_MAX ? INT32_MAX : v < INT32_MIN ? INT32_MIN : (int32_t)v;
 }
 
 /* n / d rounded half away from zero, d > 0. */
@@ -403,52 +392,99 @@ static int int_check(const int8_t* x, const int8_t* y, int32_t N, int32_t HW,
   return FORGE_RECALIB_OK;
 }
 
+/* Repair, I2-I4 and I5-I6 for channel c: updates the state (unless source
+ * mode) and returns the channel's gain; *mu_out: the mean the bias folds. */
+static fx_t int_channel(int32_t c, int32_t C, const int32_t* s1, const int64_t* s2,
+                        int32_t M, const float* beta, const float* gamma_abs,
+                        int32_t* state, const forge_recalib_options* opts,
+                        const forge_recalib_quant* quant, int32_t mode,
+                        const int_tensor* t, int32_t m31, int32_t* mu_out) {
+  int32_t mu = 0, var = 0;
+  int fresh = mode == FORGE_RECALIB_MODE_SOURCE;
+  if (!fresh) {
+    mu = state[c];
+    var = state[C + c];
+    /* SPEC "Repair": a channel outside the state's range restarts. */
+    fresh = mu < -FORGE_RECALIB_INT_MU_MAX || mu > FORGE_RECALIB_INT_MU_MAX ||
+            var < 0 || var > FORGE_RECALIB_INT_VAR_MAX;
+  }
+  /* The reset values cost ~100 instructions: only where they are used. */
+  if (fresh) int_reset_channel(beta, gamma_abs, c, t->inv_sx, &mu, &var);
+  if (mode == FORGE_RECALIB_MODE_ADAPT) {
+    int_update(s1[c], s2[c], M, quant->z_x, m31,
+               opts->variance == FORGE_RECALIB_VAR_RUNNING, &mu, &var);
+  }
+  if (mode != FORGE_RECALIB_MODE_SOURCE) {
+    state[c] = mu;
+    state[C + c] = var;
+  }
+  *mu_out = mu;
+  return int_gain(var, gamma_abs, c, t);
+}
+
+/* The invocation; hooks (may be NULL) and simd (x86 builds) choose the
+ * target's stats pass and per-element loop (integer results are the same). */
+static int int_run(const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
+                   const float* beta, const float* gamma_abs, int32_t* state,
+                   const forge_recalib_options* opts,
+                   const forge_recalib_quant* quant, int32_t mode, void* scratch,
+                   size_t scratch_bytes, const char** msg,
+                   const forge_recalib_hooks* hooks, int simd) {
+  /* Scratch as the float path's (SPEC "Scratch"): S2, S1, then the S2 block
+   * sums' area holds the gains' exponents once the sums are read, A the
+   * multipliers (first the gains' mantissas) and B the biases (first mu). */
+  uint8_t* base = (uint8_t*)scratch;
+  int64_t* s2 = (int64_t*)base;
+  int32_t *s1, *aexp, *mult, *bias, c, e = -1, s, m31;
+  int_tensor t;
+  const int status = int_check(x, y, N, HW, C, beta, gamma_abs, state, opts, quant,
+                               mode, scratch, scratch_bytes, msg);
+  (void)simd; /* Unused without FORGE_RECALIB_X86. */
+  if (status != FORGE_RECALIB_OK) return status;
+  s1 = (int32_t*)(base + (size_t)8 * (size_t)C);
+  aexp = (int32_t*)(base + (size_t)12 * (size_t)C);
+  mult = (int32_t*)(base + (size_t)16 * (size_t)C);
+  bias = (int32_t*)(base + (size_t)20 * (size_t)C);
+  t = int_tensor_of(quant, opts);
+  m31 = int_rate(opts, N);
+  if (mode == FORGE_RECALIB_MODE_ADAPT &&
+      !(hooks != NULL && hooks->stats != NULL &&
+        hooks->stats(x, N * HW, C, s2, s1, aexp))) {
+#ifdef FORGE_RECALIB_X86
+    if (!(simd > 0 && forge_recalib_x86_stats(x, N * HW, C, s2, s1, aexp, simd)))
+#endif
+      stats_pass(x, N * HW, C, s2, s1, aexp);
+  }
+  for (c = 0; c < C; ++c) {
+    const fx_t a = int_channel(c, C, s1, s2, N * HW, beta, gamma_abs, state, opts,
+                               quant, mode, &t, m31, &bias[c]);
+    const int32_t ec = int_gain_exp(a);
+    mult[c] = (int32_t)a.mant; /* A >= 0: gamma_abs >= 0 (or -0: mant 0) */
+    aexp[c] = a.exp;
+    if (ec > e) e = ec;
+  }
+  s = 21 - e; /* I6: every multiplier <= 2^22 */
+  for (c = 0; c < C; ++c) {
+    fx_t a;
+    a.neg = 0;
+    a.mant = (uint32_t)mult[c];
+    a.exp = aexp[c];
+    int_fold(a, bias[c], beta, c, &t, quant->z_x, quant->z_y, s, &mult[c], &bias[c]);
+  }
+  if (!(hooks != NULL && hooks->int_elementwise != NULL &&
+        hooks->int_elementwise(x, y, N * HW, C, mult, bias, s, quant))) {
+    int_affine_pass(x, y, N * HW, C, mult, bias, s, quant->qmin, quant->qmax);
+  }
+  return int_msg(msg, FORGE_RECALIB_OK, "ok");
+}
+
 int forge_recalib_s8_int(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
                          int32_t C, const float* beta, const float* gamma_abs,
                          int32_t* state, const forge_recalib_options* opts,
                          const forge_recalib_quant* quant, int32_t mode,
                          void* scratch, size_t scratch_bytes, const char** msg) {
-  /* Scratch as the float path's (SPEC "Scratch"): S2, S1, then the S2 block
-   * sums' area holds the shifts once the sums are read, A the multipliers and
-   * B the biases. */
-  uint8_t* base = (uint8_t*)scratch;
-  int64_t* s2 = (int64_t*)base;
-  int32_t *s1, *shift, *mult, *bias, c, mu, var, m31;
-  int_tensor t;
-  const int status = int_check(x, y, N, HW, C, beta, gamma_abs, state, opts, quant,
-                               mode, scratch, scratch_bytes, msg);
-  if (status != FORGE_RECALIB_OK) return status;
-  s1 = (int32_t*)(base + (size_t)8 * (size_t)C);
-  shift = (int32_t*)(base + (size_t)12 * (size_t)C);
-  mult = (int32_t*)(base + (size_t)16 * (size_t)C);
-  bias = (int32_t*)(base + (size_t)20 * (size_t)C);
-  t = int_tensor_of(quant, opts);
-  m31 = int_rate(opts, N);
-  if (mode == FORGE_RECALIB_MODE_ADAPT) stats_pass(x, N * HW, C, s2, s1, shift);
-  for (c = 0; c < C; ++c) {
-    int_reset_channel(beta, gamma_abs, c, t.inv_sx, &mu, &var);
-    if (mode != FORGE_RECALIB_MODE_SOURCE) {
-      const int32_t m = state[c], v = state[C + c];
-      /* SPEC "Repair": a channel outside the state's range restarts. */
-      if (m >= -FORGE_RECALIB_INT_MU_MAX && m <= FORGE_RECALIB_INT_MU_MAX &&
-          v >= 0 && v <= FORGE_RECALIB_INT_VAR_MAX) {
-        mu = m;
-        var = v;
-      }
-    }
-    if (mode == FORGE_RECALIB_MODE_ADAPT) {
-      int_update(s1[c], s2[c], N * HW, quant->z_x, m31,
-                 opts->variance == FORGE_RECALIB_VAR_RUNNING, &mu, &var);
-    }
-    if (mode != FORGE_RECALIB_MODE_SOURCE) {
-      state[c] = mu;
-      state[C + c] = var;
-    }
-    int_coefficients(mu, var, beta, gamma_abs, c, &t, quant->z_y, &mult[c],
-                     &shift[c], &bias[c]);
-  }
-  int_affine_pass(x, y, N * HW, C, mult, shift, bias, quant);
-  return int_msg(msg, FORGE_RECALIB_OK, "ok");
+  return int_run(x, y, N, HW, C, beta, gamma_abs, state, opts, quant, mode, scratch,
+                 scratch_bytes, msg, NULL, 0);
 }
 
 #endif /* FORGE_RECALIB_INT_TU */

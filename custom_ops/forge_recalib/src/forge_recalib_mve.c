@@ -557,8 +557,10 @@ static int mve_elementwise(const int8_t* x, int8_t* y, int32_t M, int32_t C,
   return 1;
 }
 
-static const forge_recalib_hooks kMveHooks = {mve_stats, mve_elementwise,
-                                              FORGE_RECALIB_MVE_LUT_MIN_M};
+/* Arithmetic int: the DSP extension's I8 loop (every Helium core has it). */
+static const forge_recalib_hooks kMveHooks = {
+    mve_stats, mve_elementwise, FORGE_RECALIB_MVE_LUT_MIN_M,
+    forge_recalib_cortexm_int_elementwise};
 
 int forge_recalib_s8_mve_path(const int8_t* x, int8_t* y, int32_t N,
                               int32_t HW, int32_t C, const float* beta,

@@ -16,7 +16,8 @@
  *   summary board=<b> variant=<v> cases=<n> checks=<k> failures=<f> result=PASS|FAIL
  *   done result=PASS|FAIL
  * Bench (--bench, run with -icount shift=0): the ResNet-20 site shapes at
- * batch 1, adapting, per variant and path; SysTick ticks converted to
+ * batch 1, adapting, per variant and path (path=int: arithmetic int, its I8
+ * loop); SysTick ticks converted to
  * instructions with the calibration printed by the test:
  *   bench board=<b> variant=<v> path=<p> shape=HxWxC instructions=<n> per_element=<x.xx>
  */
@@ -83,7 +84,7 @@ static const Variant kVariants[] = {
 #endif
 };
 #define NUM_VARIANTS ((int)(sizeof(kVariants) / sizeof(kVariants[0])))
-static const char* const kPathNames[3] = {"auto", "affine", "lut"};
+static const char* const kPathNames[4] = {"auto", "affine", "lut", "int"};
 
 /* ------------------------------------------------------------------ rng */
 
@@ -199,6 +200,8 @@ static void run_case(int icase) {
   opts.eps = (rnd() % 6) == 0 ? rnd_log(-149, -100) : 1e-5f;
   opts.activation = rnd_int(0, FORGE_RECALIB_ACT_COUNT - 1);
   opts.variance = rnd_int(0, FORGE_RECALIB_VAR_COUNT - 1);
+  /* One case in three: the integer arithmetic (int32 state, SPEC I8 loops). */
+  if (rnd() % 3 == 0) opts.arithmetic = FORGE_RECALIB_ARITH_INT;
   s_x = extreme ? rnd_log(-40, 39) : rnd_log(-10, 2);
   s_y = extreme ? rnd_log(-40, 39) : rnd_log(-10, 2);
   z_x = rnd_int(-128, 127);
@@ -215,8 +218,14 @@ static void run_case(int icase) {
     g_gamma[i] = (rnd() % 10) == 0 ? 0.0f
                                    : (extreme ? rnd_log(-40, 39) : rnd_log(-6, 3));
   }
-  for (i = 0; i < NUM_SLOTS; ++i)
-    forge_recalib_state_reset(g_beta, g_gamma, C, g_state[i], &msg);
+  for (i = 0; i < NUM_SLOTS; ++i) {
+    if (opts.arithmetic == FORGE_RECALIB_ARITH_INT) {
+      forge_recalib_int_state_reset(&quant, g_beta, g_gamma, C,
+                                    (int32_t*)(void*)g_state[i], &msg);
+    } else {
+      forge_recalib_state_reset(g_beta, g_gamma, C, g_state[i], &msg);
+    }
+  }
   steps = rnd_int(2, 5);
   kind = rnd_int(0, 5);
   for (step = 0; step < steps; ++step) {
@@ -289,17 +298,23 @@ static void bench(void) {
     }
     fill_input(g_x, total, 3, -10, 40);
     for (v = 0; v < NUM_VARIANTS; ++v) {
-      for (p = 0; p < 3; ++p) {
+      for (p = 0; p < 4; ++p) { /* paths auto, affine, lut; 3: arithmetic int */
         uint64_t t0, t1, instr;
-        forge_recalib_state_reset(g_beta, g_gamma, C, g_state[0], &msg);
+        opts.arithmetic = p == 3 ? FORGE_RECALIB_ARITH_INT : FORGE_RECALIB_ARITH_FLOAT;
+        if (p == 3) {
+          forge_recalib_int_state_reset(&quant, g_beta, g_gamma, C,
+                                        (int32_t*)(void*)g_state[0], &msg);
+        } else {
+          forge_recalib_state_reset(g_beta, g_gamma, C, g_state[0], &msg);
+        }
         /* warm-up call (same work) */
         kVariants[v].fn(g_x, g_y, 1, H * W, C, g_beta, g_gamma, g_state[0],
-                        &opts, &quant, FORGE_RECALIB_MODE_ADAPT, p, g_scratch,
-                        sizeof(g_scratch), &msg);
+                        &opts, &quant, FORGE_RECALIB_MODE_ADAPT, p % 3,
+                        g_scratch, sizeof(g_scratch), &msg);
         t0 = cortexm_systick_ticks();
         for (i = 0; i < reps; ++i) {
           kVariants[v].fn(g_x, g_y, 1, H * W, C, g_beta, g_gamma, g_state[0],
-                          &opts, &quant, FORGE_RECALIB_MODE_ADAPT, p,
+                          &opts, &quant, FORGE_RECALIB_MODE_ADAPT, p % 3,
                           g_scratch, sizeof(g_scratch), &msg);
         }
         t1 = cortexm_systick_ticks();
