@@ -76,6 +76,7 @@ GateConfig = dataclasses.make_dataclass(
     frozen=True, namespace={"__post_init__": _check, "__doc__": (
         "The user's gate settings (forge_controller_settings.h); None: derived, see"
         " `settings`.")})
+GateConfig.__module__ = __name__  # Pickled to sweep workers (make_dataclass says "types").
 
 
 def settings(config, batch_size: int, class_balanced: bool) -> dict:

@@ -132,7 +132,7 @@ def test_eval_gate_decisions_are_printed_and_saved(setup, capsys):
   assert doc["config"]["gate"]["period"] == 4
   run = doc["gate"]["periodic"]["contrast"]
   images = doc["streams"]["contrast"]
-  assert run["decisions"] == [-(-images // 4)]  # A 1-batch probe every batch.
+  assert run["decisions"] == [images // 4]  # A 4-image probe in every whole batch.
   assert 0.0 <= run["adapted"][0] <= 1.0
 
 

@@ -14,8 +14,8 @@ gaussian_noise-5 stream, tests/deploy/parity.check_parity): every op's output, e
 FORGE state and the logits identical to the evaluator, image by image, with FORGE's
 ansi core and (forge_all) its S3 variant. The second core is parked
 (esp32s3_app/esp32s3/cpu1_park.S; README "Instruction counts"). Parity runs go without
--icount (~0.1 s per image): N_IMAGES per artifact in CI, FORGE_TFLM_ESP32S3_IMAGES=200
-or --runslow for the whole stream. The cost test runs 3 images per build under
+-icount (~0.1 s per image): the whole 200-image stream per artifact
+(FORGE_TFLM_ESP32S3_IMAGES=N for fewer). The cost test runs 3 images per build under
 -icount shift=0 (reproducible counts; FORGE's share with both cores). The FC-width test
 runs ESP-NN's S3 fully-connected kernels against _ansi over widths that are and are
 not multiples of 8 (espressif/esp-nn issue 34; docs/decisions/esp-nn-fc-guard.md).
@@ -43,7 +43,7 @@ from tests.conftest import REPO_ROOT
 ESP32S3_DIR = os.path.join(REPO_ROOT, "esp32s3_app", "esp32s3")
 ARTIFACTS = cm.ARTIFACTS
 _ENV_IMAGES = os.environ.get("FORGE_TFLM_ESP32S3_IMAGES")
-N_IMAGES = int(_ENV_IMAGES) if _ENV_IMAGES else 20
+N_IMAGES = int(_ENV_IMAGES) if _ENV_IMAGES else cm.STREAM_LIMIT
 TIMINGS: dict[str, float] = {}
 # ResNet-20's operators and MLPerf Tiny ResNet-8's (test_esp32s3_mlperf.py): one
 # library for both models (the op set is part of the build's flags).
@@ -199,12 +199,6 @@ def test_esp32s3_matches_evaluator(lib, artifacts, stream, name):
 def test_esp32s3_forge_variant_matches_evaluator(lib, artifacts, stream):
   """FORGE's S3 variant (forge_recalib_s8_esp32s3) in the app: the same bits."""
   _parity(lib, artifacts, stream, "forge_all", N_IMAGES, variant="esp32s3")
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ARTIFACTS)
-def test_esp32s3_matches_evaluator_whole_stream(lib, artifacts, stream, name):
-  _parity(lib, artifacts, stream, name, cm.STREAM_LIMIT)
 
 
 def test_export_firmware_runs_bit_exact_on_esp32s3(lib, artifacts, tmp_path):
