@@ -21,7 +21,6 @@ paper's 7.7% is adapting's cost over plain inference, timed on a real ESP32-S3.
 from __future__ import annotations
 
 import argparse
-import collections
 import os
 import sys
 import time
@@ -31,7 +30,7 @@ import numpy as np
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks.bench_mcu_cost import forge_site_shapes  # noqa: E402
+from benchmarks.bench_mcu_cost import forge_site_shapes, site_table  # noqa: E402
 from benchmarks._report import command_line, dated, emit  # noqa: E402
 
 from tests import third_party  # noqa: E402
@@ -85,28 +84,6 @@ def totals_table(runs) -> list[str]:
   return lines
 
 
-def site_table(runs, shapes) -> list[str]:
-  """FORGE per site resolution: instructions per site call and per element, per core."""
-  keys = [k for k in RUNS if k[0] == "forge_all"]
-  head = " | ".join(f"{LABELS[k].split(', ')[-1]}: instructions/site | per element"
-                    for k in keys)
-  lines = ["", "FORGE_RECALIB per site (21 sites), by resolution:", "",
-           f"| site input | sites | elements/site | {head} |",
-           "| --- | ---: | ---: |" + " ---: | ---: |" * len(keys)]
-  groups = collections.OrderedDict()
-  for k, shape in shapes.items():
-    groups.setdefault(shape, []).append(k)
-  for shape, ops in groups.items():
-    elements = int(np.prod(shape))
-    cells = []
-    for key in keys:
-      cost = np.mean([runs[key].cost[k]["ticks"] / runs[key].cost[k]["calls"] for k in ops])
-      cells.append(f"{cost:,.0f} | {cost / elements:.1f}")
-    lines.append(f"| {'x'.join(map(str, shape[1:]))} | {len(ops)} | {elements:,} | "
-                 + " | ".join(cells) + " |")
-  return lines
-
-
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--images", type=int, default=4, help="images per run (the mean is "
@@ -132,7 +109,9 @@ def main(argv=None) -> int:
             f"{int(calib['calib_ticks']):,} ticks, "
             f"{int(calib['instructions_per_tick_x1000']) / 1000:g} instructions/tick)", ""]
   lines += totals_table(runs)
-  lines += site_table(runs, forge_site_shapes(artifacts["forge_all"]))
+  columns = [(k, LABELS[k].split(", ")[-1]) for k in RUNS if k[0] == "forge_all"]
+  lines += site_table(runs, forge_site_shapes(artifacts["forge_all"]), columns,
+                      "FORGE_RECALIB per site (21 sites), by resolution:")
   lines += ["", f"Paper (../shared/paper, energy table): adapting costs {PAPER}, measured "
             "on an ESP32-S3 board; the comparable figure above is the 'vs plain' column. "
             "These are emulated instructions, not cycles or energy: every instruction "

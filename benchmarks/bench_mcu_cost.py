@@ -101,24 +101,26 @@ def totals_table(runs) -> list[str]:
   return lines
 
 
-def site_table(runs, shapes) -> list[str]:
-  """FORGE per site resolution, one column pair per 21-site artifact run."""
-  names = [n for n in SITES_21 if n in runs]
-  if not names:
+def site_table(runs, shapes, columns=None,
+               title="FORGE_RECALIB per site (21-site artifacts), by resolution:") -> list[str]:
+  """FORGE per site resolution: instructions per site call and per element, one column
+  pair per (run key, label) in `columns` (default: each 21-site artifact run)."""
+  if columns is None:
+    columns = [(n, ARTIFACT_LABELS[n]) for n in SITES_21 if n in runs]
+  if not columns:
     return []
-  head = " | ".join(f"{ARTIFACT_LABELS[n]}: instructions/site | instructions/element"
-                    for n in names)
-  lines = ["", "FORGE_RECALIB per site (21-site artifacts), by resolution:", "",
-           f"| site input | sites | elements/site | {head} |",
-           "| --- | ---: | ---: |" + " ---: | ---: |" * len(names)]
+  head = " | ".join(f"{label}: instructions/site | instructions/element"
+                    for _, label in columns)
+  lines = ["", title, "", f"| site input | sites | elements/site | {head} |",
+           "| --- | ---: | ---: |" + " ---: | ---: |" * len(columns)]
   groups = collections.OrderedDict()
   for k, shape in shapes.items():
     groups.setdefault(shape, []).append(k)
   for shape, ops in groups.items():
     elements = int(np.prod(shape))
     cells = []
-    for n in names:
-      cost = np.mean([runs[n].cost[k]["ticks"] / runs[n].cost[k]["calls"] for k in ops])
+    for key, _ in columns:
+      cost = np.mean([runs[key].cost[k]["ticks"] / runs[key].cost[k]["calls"] for k in ops])
       cells.append(f"{cost:,.0f} | {cost / elements:.1f}")
     lines.append(f"| {'x'.join(map(str, shape[1:]))} | {len(ops)} | {elements:,} | "
                  + " | ".join(cells) + " |")

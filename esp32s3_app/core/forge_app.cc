@@ -13,6 +13,7 @@
 //
 // The core runs one stream at a time (file-scope state, no threads).
 #include "forge_app.h"
+#include "forge_app_cmdline.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -89,16 +90,7 @@ void Marker(int what, int begin, uint32_t index) {
 
 // uint64 -> decimal without printf's %llu (newlib-nano's printf lacks it).
 struct U64 {
-  explicit U64(uint64_t v) {
-    char tmp[24];
-    int n = 0;
-    do {
-      tmp[n++] = static_cast<char>('0' + v % 10);
-      v /= 10;
-    } while (v != 0);
-    for (int i = 0; i < n; ++i) s[i] = tmp[n - 1 - i];
-    s[n] = '\0';
-  }
+  explicit U64(uint64_t v) { ForgeAppDecimal(v, s); }
   char s[24];
 };
 

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "forge_app.h"
+#include "forge_app_cmdline.h"
 
 // forge_app_data.cc (forge_tflm.deploy.write_c_arrays, linked in per run); the
 // declarations of its forge_app_data.h, repeated so that this file does not
@@ -54,19 +55,6 @@ uint64_t ClockInstructions(void*) { return cortexm_systick_ticks() * g_ratio_x10
 
 void WriteLine(void*, const char* line) { cortexm_write0(line); }
 
-// Decimal of a uint64 (newlib-nano printf has no %llu).
-const char* Dec(uint64_t v, char* buf) {
-  char tmp[24];
-  int n = 0;
-  do {
-    tmp[n++] = static_cast<char>('0' + v % 10);
-    v /= 10;
-  } while (v != 0);
-  for (int i = 0; i < n; ++i) buf[i] = tmp[n - 1 - i];
-  buf[n] = '\0';
-  return buf;
-}
-
 void Calibrate() {
   cortexm_systick_start();
   const uint64_t t0 = cortexm_systick_ticks();
@@ -77,22 +65,12 @@ void Calibrate() {
   if (ticks > 0) g_ratio_x1000 = (instructions * 1000u + ticks / 2) / ticks;
   char a[24], b[24], c[24];
   cortexm_write0("cortexm board=" FORGE_CORTEXM_BOARD " calib_instructions=");
-  cortexm_write0(Dec(instructions, a));
+  cortexm_write0(ForgeAppDecimal(instructions, a));
   cortexm_write0(" calib_ticks=");
-  cortexm_write0(Dec(ticks, b));
+  cortexm_write0(ForgeAppDecimal(ticks, b));
   cortexm_write0(" instructions_per_tick_x1000=");
-  cortexm_write0(Dec(g_ratio_x1000, c));
+  cortexm_write0(ForgeAppDecimal(g_ratio_x1000, c));
   cortexm_write0("\n");
-}
-
-bool HasArg(const char* cmdline, const char* arg) {
-  const size_t n = strlen(arg);
-  for (const char* p = strstr(cmdline, arg); p != nullptr; p = strstr(p + 1, arg)) {
-    const bool start = (p == cmdline || p[-1] == ' ');
-    const bool end = (p[n] == '\0' || p[n] == ' ');
-    if (start && end) return true;
-  }
-  return false;
 }
 
 }  // namespace
@@ -108,14 +86,7 @@ int main() {
   config.images = forge_app_images;
   config.num_images = forge_app_num_images;
   config.trace = FORGE_APP_TRACE_FORGE;
-  if (HasArg(cmdline, "--trace=none")) config.trace = FORGE_APP_TRACE_NONE;
-  if (HasArg(cmdline, "--trace=all")) config.trace = FORGE_APP_TRACE_ALL;
-  if (HasArg(cmdline, "--frozen")) config.adapt = false;
-  const char* images = strstr(cmdline, "--images=");
-  if (images != nullptr) {
-    const unsigned long n = strtoul(images + 9, nullptr, 10);
-    if (n < config.num_images) config.num_images = n;
-  }
+  ForgeAppApplyArgs(cmdline, &config);
   ForgeAppPlatform platform = {ClockInstructions, 1000000000ull, WriteLine, nullptr, nullptr};
   return ForgeAppRun(platform, config) == 0 ? 0 : 1;
 }

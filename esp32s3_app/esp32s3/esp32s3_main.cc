@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "forge_app.h"
+#include "forge_app_cmdline.h"
 
 // forge_app_data.cc (linked in per run); its forge_app_data.h declarations.
 extern const uint8_t forge_app_model[];
@@ -49,18 +50,6 @@ uint64_t ClockInstructions(void*) { return esp32s3_ccount64() * g_ratio_x1000 / 
 
 void WriteLine(void*, const char* line) { esp32s3_write0(line); }
 
-const char* Dec(uint64_t v, char* buf) {
-  char tmp[24];
-  int n = 0;
-  do {
-    tmp[n++] = static_cast<char>('0' + v % 10);
-    v /= 10;
-  } while (v != 0);
-  for (int i = 0; i < n; ++i) buf[i] = tmp[n - 1 - i];
-  buf[n] = '\0';
-  return buf;
-}
-
 void Calibrate() {
   const uint64_t t0 = esp32s3_ccount64();
   uint32_t n = kCalibIterations;
@@ -71,22 +60,12 @@ void Calibrate() {
   if (ticks > 0) g_ratio_x1000 = (instructions * 1000u + ticks / 2) / ticks;
   char a[24], b[24], c[24];
   esp32s3_write0("esp32s3 board=qemu calib_instructions=");
-  esp32s3_write0(Dec(instructions, a));
+  esp32s3_write0(ForgeAppDecimal(instructions, a));
   esp32s3_write0(" calib_ticks=");
-  esp32s3_write0(Dec(ticks, b));
+  esp32s3_write0(ForgeAppDecimal(ticks, b));
   esp32s3_write0(" instructions_per_tick_x1000=");
-  esp32s3_write0(Dec(g_ratio_x1000, c));
+  esp32s3_write0(ForgeAppDecimal(g_ratio_x1000, c));
   esp32s3_write0("\n");
-}
-
-bool HasArg(const char* cmdline, const char* arg) {
-  const size_t n = strlen(arg);
-  for (const char* p = strstr(cmdline, arg); p != nullptr; p = strstr(p + 1, arg)) {
-    const bool start = (p == cmdline || p[-1] == ' ');
-    const bool end = (p[n] == '\0' || p[n] == ' ');
-    if (start && end) return true;
-  }
-  return false;
 }
 
 }  // namespace
@@ -102,20 +81,13 @@ int main() {
   config.images = forge_app_images;
   config.num_images = forge_app_num_images;
   config.trace = FORGE_APP_TRACE_FORGE;
-  if (HasArg(cmdline, "--trace=none")) config.trace = FORGE_APP_TRACE_NONE;
-  if (HasArg(cmdline, "--trace=all")) config.trace = FORGE_APP_TRACE_ALL;
-  if (HasArg(cmdline, "--frozen")) config.adapt = false;
-  if (HasArg(cmdline, "--gate")) {
+  ForgeAppApplyArgs(cmdline, &config);
+  if (ForgeAppHasArg(cmdline, "--gate")) {
     if (!Esp32s3GateSettings(&config.gate_settings)) {
       esp32s3_write0("error what=gate_settings (data not from export-firmware)\n");
       return 1;
     }
     config.gate = true;
-  }
-  const char* images = strstr(cmdline, "--images=");
-  if (images != nullptr) {
-    const unsigned long n = strtoul(images + 9, nullptr, 10);
-    if (n < config.num_images) config.num_images = n;
   }
   ForgeAppPlatform platform = {ClockInstructions, 1000000000ull, WriteLine, nullptr, nullptr};
   return ForgeAppRun(platform, config) == 0 ? 0 : 1;
