@@ -36,7 +36,7 @@ from forge_tflm.converter.onnx_fold import node_attr
 from forge_tflm.converter.sites import BNSite, ConversionError, first_line, fold_scale
 
 # The file onnx2tf looks for before downloading (onnx2tf.utils.common_functions).
-_ONNX2TF_SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
+ONNX2TF_SAMPLE_FILE = "calibration_image_sample_data_20x128x128x3_float32.npy"
 _PASS_THROUGH = {"Dropout", "Identity", "Relu", "Clip", "LeakyRelu", "Sigmoid", "Mul",
                  "Add", "Pad"}
 
@@ -254,7 +254,7 @@ def bn_output_ranges_onnx(model, sites: list[BNSite], nhwc_inputs: np.ndarray):
 
 
 @contextlib.contextmanager
-def _offline_onnx2tf(workdir: str, calibration_nhwc: np.ndarray):
+def offline_onnx2tf(workdir: str, calibration_nhwc: np.ndarray):
   """Runs onnx2tf with its sample-image file present and its HTTP client disabled."""
   import onnx2tf.utils.common_functions as cf
 
@@ -267,7 +267,7 @@ def _offline_onnx2tf(workdir: str, calibration_nhwc: np.ndarray):
   n = min(20, len(calibration_nhwc))
   if calibration_nhwc.shape[-1] == 3 and n:
     sample[:n] = calibration_nhwc[:n][:, ys, xs, :]
-  np.save(os.path.join(workdir, _ONNX2TF_SAMPLE_FILE), sample)
+  np.save(os.path.join(workdir, ONNX2TF_SAMPLE_FILE), sample)
 
   def no_network(*args, **kwargs):
     raise ConversionError("onnx2tf tried to download data; forge_tflm runs it offline")
@@ -286,7 +286,7 @@ def onnx_to_saved_model(path: str, workdir: str, calibration_nhwc: np.ndarray) -
   import onnx2tf
 
   out = os.path.join(workdir, "saved_model")
-  with _offline_onnx2tf(workdir, calibration_nhwc):
+  with offline_onnx2tf(workdir, calibration_nhwc):
     try:
       onnx2tf.convert(input_onnx_file_path=os.path.abspath(path), output_folder_path=out,
                       non_verbose=True, not_use_onnxsim=True, verbosity="error")

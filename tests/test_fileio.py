@@ -137,14 +137,21 @@ def test_model_files_of_each_format_pass_the_check(tmp_path, name, head):
 
 
 _SLOW_WRITE = """
-import os, sys, time
+import builtins, os, sys, time
 from forge_tflm import fileio
-real = fileio._write_file
-def slow(path, data):
-  real(path, data)
-  print("writing", flush=True)
-  time.sleep(60)
-fileio._write_file = slow
+real_open = builtins.open
+def slow_open(path, *args, **kwargs):  # Each temporary's write stalls after its data.
+  f = real_open(path, *args, **kwargs)
+  if os.path.basename(str(path)).startswith(".forge_tmp_"):
+    write = f.write
+    def slow_write(data):
+      n = write(data)
+      print("writing", flush=True)
+      time.sleep(60)
+      return n
+    f.write = slow_write
+  return f
+builtins.open = slow_open
 fileio.write_atomically({os.path.join(sys.argv[1], "m.tflite"): b"model",
                          os.path.join(sys.argv[1], "m.json"): b"{}"})
 """

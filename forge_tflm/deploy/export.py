@@ -152,9 +152,10 @@ def check_export_dir(out_dir: str) -> None:
                             " away or pick another --output_dir")
 
 
-def _exchange(a: str, b: str) -> bool:
+def exchange_paths(a: str, b: str) -> bool:
   """Swaps two paths in one atomic step (Linux renameat2 RENAME_EXCHANGE); False where
-  the OS, C library or file system has no such call."""
+  the OS, C library or file system has no such call (replace_dir then swaps by two
+  renames)."""
   try:
     renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
   except (AttributeError, OSError):
@@ -196,7 +197,7 @@ def replace_dir(out_dir: str, write) -> None:
     os.chmod(staging, mode & 0o7777)
     if not os.path.exists(target):
       os.rename(staging, target)
-    elif _exchange(staging, target):
+    elif exchange_paths(staging, target):
       old = staging  # It now holds the earlier set.
     else:
       old = _swap_by_renames(staging, target)

@@ -44,6 +44,11 @@ class Setting:
 
 
 SETTINGS = tuple(Setting(*row) for row in _c.SETTINGS)
+# The bound C controller: Controller(settings dict, classes, output scale, output zero
+# point) takes the decisions GatedForge follows (its `probed` feeds a probe's outputs);
+# MAX_CLASSES is the most output classes it takes.
+Controller = _c.Controller
+MAX_CLASSES: int = _c.MAX_CLASSES
 _BY_NAME = {s.name: s for s in SETTINGS}
 # Set by the model, not the user (for_model): class-balanced models keep their state
 # while off and veto only a concealed correlation.
@@ -130,7 +135,7 @@ class GatedForge(Int8Method):
     super().reset()
     scale, zero_point = self.model.output_quant
     classes = int(np.prod(self.model.output_shape))
-    self.controller = _c.Controller(self.settings, classes, scale, zero_point)
+    self.controller = Controller(self.settings, classes, scale, zero_point)
     self.decisions: list[bool] = []
     # Of the last decision.
     self.last_score = self.last_autocorrelation = float("nan")

@@ -62,7 +62,7 @@ class Forge(Int8Method):
     return self.logits(x_int8, ADAPT)
 
 
-class _ScaleAdaptKernel:
+class ScaleAdaptKernel:
   """Host step for scale-adapt at one site (float64 math: it is a simulation).
 
   The step maps each int8 value through a function fixed per batch, so it is
@@ -116,7 +116,7 @@ class ScaleAdapt(Int8Method):
 
   def __init__(self, model: SegmentedModel):
     super().__init__(model)
-    self.kernels = {id(n): _ScaleAdaptKernel(n) for n in model.nodes}
+    self.kernels = {id(n): ScaleAdaptKernel(n) for n in model.nodes}
     model.forge_kernel = lambda node, x, mode: self.kernels[id(node)](x, mode)
 
   def reset(self):

@@ -90,7 +90,9 @@ def _artifact(path: str):
 
 
 @functools.lru_cache(maxsize=2)
-def _model(path: str, kernels: str):
+def worker_model(path: str, kernels: str):
+  """The artifact and its SegmentedModel with `kernels`, once per worker: every unit
+  of a worker runs on this one model (unit_accuracy restores what it changes)."""
   from forge_tflm.runtime.segmented import SegmentedModel  # pylint: disable=import-outside-toplevel
 
   artifact = _artifact(path)
@@ -119,7 +121,7 @@ def stream_accuracy(model, x, labels, mode: str, batch_size: int,
 
 def unit_accuracy(unit: SiteUnit) -> float:
   """The sweep function: one unit -> accuracy (state reset first, shuffled order)."""
-  _, model = _model(unit.artifact, unit.kernels)
+  _, model = worker_model(unit.artifact, unit.kernels)
   x, labels = stream_inputs(unit.artifact, unit.stream)
   model.adapt_only(unit.sites)
   try:

@@ -156,7 +156,10 @@ class GapModels:
 
 
 @functools.lru_cache(maxsize=1)
-def _models(artifact_path: str, keras_path: str, calibration_dir: str | None) -> GapModels:
+def gap_models(artifact_path: str, keras_path: str, calibration_dir: str | None) -> GapModels:
+  """The artifact's folded model and its kept-BN rewrite (conv output ranges from 300
+  calibration images), with the float64 BN step of each site for both: built once per
+  worker and shared by its units."""
   from forge_tflm.artifact import Artifact  # pylint: disable=import-outside-toplevel
   from forge_tflm.data import load_dataset  # pylint: disable=import-outside-toplevel
   from forge_tflm.runtime.inputs import model_input  # pylint: disable=import-outside-toplevel
@@ -205,7 +208,7 @@ def _models(artifact_path: str, keras_path: str, calibration_dir: str | None) ->
 def unit_accuracy(unit: GapUnit) -> float:
   from forge_tflm.evaluation.selection import stream_accuracy, stream_inputs  # pylint: disable=import-outside-toplevel
 
-  m = _models(unit.artifact, unit.keras_model, unit.calibration_dir)
+  m = gap_models(unit.artifact, unit.keras_model, unit.calibration_dir)
   folded, kept, kernels = m.folded, m.kept, m.kernels
   x, labels = stream_inputs(unit.artifact, unit.stream)
   model, mode, table = {

@@ -84,11 +84,12 @@ def run(ctx: ExperimentContext) -> Outcome:
            "here": all_rec},
       ],
   }
-  return Outcome(data, _markdown(data, n), lambda path: _figure(data, n, path),
+  return Outcome(data, markdown(data, n), lambda path: figure(data, n, path),
                  (artifact, subset_artifact))
 
 
-def _markdown(d: dict, n: int) -> str:
+def markdown(d: dict, n: int) -> str:
+  """The report of `run`'s data `d` (`n` sites): each paper claim next to ours."""
   c = d["top_k_recovery"]
   all_rec = d["all_sites_recovery"]
   bh, bo, ct = d["best_held_out_subset"], d["best_oracle_subset"], d["converted_top3"]
@@ -128,7 +129,8 @@ def _markdown(d: dict, n: int) -> str:
   return "\n".join(lines)
 
 
-def _figure(d: dict, n: int, path: str) -> None:
+def figure(d: dict, n: int, path: str) -> None:
+  """Draws top-k recovery of both rankings against all `n` sites into `path`."""
   ks = np.arange(1, n + 1)
   with plot(path, (6, 3.6)) as ax:
     for name, style in (("held-out", "o-"), ("oracle", "s--")):

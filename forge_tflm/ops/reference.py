@@ -539,7 +539,7 @@ def int_inv_sqrt(v: int) -> tuple[int, int, int]:
   return (0, 2 * y, j - 9)
 
 
-def _int_gain(var: int, gamma_c, t: IntTensor) -> tuple[int, int, int]:
+def int_gain(var: int, gamma_c, t: IntTensor) -> tuple[int, int, int]:
   """A = gamma_abs / s_y / sqrt(var + eps) in output steps per x step (fx, I6)."""
   vpe = min(VAR_MAX, var + t.eps_v)
   return fx_mul(fx_mul(fx_of(gamma_c), t.inv_sy), int_inv_sqrt(vpe))
@@ -556,7 +556,7 @@ def int_coefficients(mu: np.ndarray, var: np.ndarray, beta, gamma_abs,
                      t: IntTensor) -> tuple[np.ndarray, int, np.ndarray]:
   """(multiplier per channel, the tensor's shift S, folded bias per channel):
   SPEC steps I5-I7."""
-  gains = [_int_gain(int(var[c]), gamma_abs[c], t) for c in range(len(mu))]
+  gains = [int_gain(int(var[c]), gamma_abs[c], t) for c in range(len(mu))]
   s = int_out_shift(gains)
   mult, bias = [], []
   for c, a in enumerate(gains):

@@ -92,7 +92,10 @@ class TrainConfig:
 _EXECUTION_ONLY = ("jit_compile",)
 
 
-def _recipe(config: dict) -> dict:
+def recipe(config: dict) -> dict:
+  """What a config (a dict, as a checkpoint's state.json stores it) computes: a stopped
+  run resumes only from a checkpoint whose recipe is equal. Execution-only settings
+  (_EXECUTION_ONLY) are left out."""
   # Fields added since a checkpoint was written take their defaults, which keep
   # the recipe it was made with.
   config = {**dataclasses.asdict(TrainConfig()), **config}
@@ -145,7 +148,7 @@ def atomic_save_model(model, path: str) -> None:
     model.save(tmp)
 
 
-def _load_initial_weights(model, path: str) -> None:
+def load_initial_weights(model, path: str) -> None:
   """Copies a trained model's weights into the freshly built `model`.
 
   The recipe's model (its regularizers, names) is kept; only the values come
@@ -197,7 +200,7 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
   if os.path.exists(state_path) and os.path.exists(weights_path):
     with open(state_path) as f:
       state = json.load(f)
-    same_recipe = _recipe(state.get("config", {})) == _recipe(dataclasses.asdict(config))
+    same_recipe = recipe(state.get("config", {})) == recipe(dataclasses.asdict(config))
     if not same_recipe and not state.get("finished"):
       raise ValueError(f"checkpoint in {checkpoint_dir} was made with another config;"
                        " remove it to start over")
@@ -217,7 +220,7 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
     model = build_model(config.model, train_set.num_classes,
                         train_set.images.shape[1:], config.weight_decay)
     if config.init_from:
-      _load_initial_weights(model, config.init_from)
+      load_initial_weights(model, config.init_from)
     if config.teachers:
       loss = distill.DistillationLoss(config.distillation_weight,
                                       config.distillation_temperature,

@@ -119,7 +119,7 @@ def test_train_init_from_starts_at_the_given_weights(tmp_path, capsys):
   import keras
   import numpy as np
   from forge_tflm.models import build_model
-  from forge_tflm.training.train import _load_initial_weights
+  from forge_tflm.training.train import load_initial_weights
 
   data_dir = _dataset(tmp_path)
   first = str(tmp_path / "first.keras")
@@ -128,7 +128,7 @@ def test_train_init_from_starts_at_the_given_weights(tmp_path, capsys):
   trained = keras.saving.load_model(first, compile=False).get_weights()
   fresh = build_model("resnet20", 3, (32, 32, 3), 5e-4)
   assert not all(np.array_equal(a, b) for a, b in zip(fresh.get_weights(), trained))
-  _load_initial_weights(fresh, first)
+  load_initial_weights(fresh, first)
   for a, b in zip(fresh.get_weights(), trained):
     np.testing.assert_array_equal(a, b)
 

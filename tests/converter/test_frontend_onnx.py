@@ -71,10 +71,10 @@ def test_int8_model_tracks_the_float_onnx_model(onnx_converted):
 def test_onnx2tf_runs_offline(tmp_path):
   import onnx2tf.utils.common_functions as cf
   calib = tiny_models.random_images(4).astype(np.float32) / 255
-  with frontend_onnx._offline_onnx2tf(str(tmp_path), calib):
+  with frontend_onnx.offline_onnx2tf(str(tmp_path), calib):
     data = cf.download_test_image_data()  # Reads our local file; no network.
     assert data.shape == (20, 128, 128, 3)
-    os.remove(frontend_onnx._ONNX2TF_SAMPLE_FILE)
+    os.remove(frontend_onnx.ONNX2TF_SAMPLE_FILE)
     with pytest.raises(ConversionError, match="offline"):
       cf.download_test_image_data()
   assert cf.requests.get.__name__ == "get"  # Restored afterwards.

@@ -38,6 +38,7 @@ SANITIZE = ["-g", "-O1", "-ffp-contract=off", "-fsanitize=address,undefined",
             "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
 # The host variant too (forge_recalib_s8_x86_path), as the Python extension builds it.
 X86 = ["-DFORGE_RECALIB_X86=1"]
+FLT_MAX = float(np.finfo(np.float32).max)
 
 
 def nice(cmd, env=None, timeout=900, **kwargs):
@@ -190,7 +191,7 @@ def _float_width(value: float, width: int) -> int:
   if width in (4, 8):
     return width
   # The builder's own choice packs as float32 first, which fails past its range.
-  return 8 if math.isfinite(value) and abs(value) > op_options._FLT_MAX else 0
+  return 8 if math.isfinite(value) and abs(value) > FLT_MAX else 0
 
 
 def _put(fbb, tag: str, value, width: int):

@@ -68,7 +68,7 @@ def test_export_replaces_a_previous_export_whole(tmp_path, artifact, monkeypatch
   """With renameat2's exchange, and without (other systems: the earlier set moves
   aside, the new one takes its place)."""
   if exchange == "two_renames":
-    monkeypatch.setattr(export, "_exchange", lambda a, b: False)
+    monkeypatch.setattr(export, "exchange_paths", lambda a, b: False)
   out = tmp_path / "gen"
   _export(artifact, out, images=2)
   _check_complete(out, 2)
@@ -89,7 +89,7 @@ def test_a_failed_swap_puts_the_earlier_export_back(tmp_path, artifact, monkeypa
       raise OSError(errno.EIO, os.strerror(errno.EIO))
     rename(a, b)
 
-  monkeypatch.setattr(export, "_exchange", lambda a, b: False)
+  monkeypatch.setattr(export, "exchange_paths", lambda a, b: False)
   monkeypatch.setattr(export.os, "rename", failing)
   with pytest.raises(OSError, match="nothing was changed"):
     _export(artifact, out)

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from forge_tflm.evaluation import _forge_controller as fc
+from forge_tflm.evaluation import gate
 from forge_tflm.evaluation.gate import (SETTINGS, USER_SETTINGS, GateConfig, GatedForge,
                                         device_defines, host_arguments, settings)
 
@@ -216,7 +216,7 @@ def test_autocorrelation_separates_iid_from_runs_and_a_collapse_carries_no_evide
            "collapsed": quantize(np.tile([[3.0, 1.0] + [0.0] * 8], (256, 1)))}
   rho = {}
   for name, y in cases.items():
-    c = fc.Controller({"probe_images": 256}, 10, SCALE, 0)
+    c = gate.Controller({"probe_images": 256}, 10, SCALE, 0)
     c.probed(y, y, 256)
     rho[name] = c.autocorrelation
   assert abs(rho["iid"]) < 0.2 and rho["runs"] > 0.9 and rho["collapsed"] == 0.0
@@ -225,9 +225,9 @@ def test_autocorrelation_separates_iid_from_runs_and_a_collapse_carries_no_evide
 def test_autocorrelation_does_not_depend_on_the_batch_size():
   rng = np.random.default_rng(1)
   y = quantize(onehot(rng.integers(0, 10, 64), k=10) + rng.normal(size=(64, 10)))
-  whole = fc.Controller({"probe_images": 64}, 10, SCALE, 0)
+  whole = gate.Controller({"probe_images": 64}, 10, SCALE, 0)
   whole.probed(y, y, 64)
-  single = fc.Controller({"probe_images": 64}, 10, SCALE, 0)
+  single = gate.Controller({"probe_images": 64}, 10, SCALE, 0)
   for row in y:
     single.probed(row, row, 1)
   assert single.autocorrelation == whole.autocorrelation
@@ -337,13 +337,13 @@ def test_bad_settings_are_refused(bad, message):
 
 def test_the_controller_refuses_what_python_would_not_catch():
   with pytest.raises(ValueError, match="unknown gate setting"):
-    fc.Controller({"probe": 4}, 10, SCALE, 0)
+    gate.Controller({"probe": 4}, 10, SCALE, 0)
   with pytest.raises(ValueError, match="probe_images is out of range"):
-    fc.Controller({"probe_images": 0}, 10, SCALE, 0)
-  with pytest.raises(ValueError, match=f"1 to {fc.MAX_CLASSES} classes"):
-    fc.Controller({}, fc.MAX_CLASSES + 1, SCALE, 0)
+    gate.Controller({"probe_images": 0}, 10, SCALE, 0)
+  with pytest.raises(ValueError, match=f"1 to {gate.MAX_CLASSES} classes"):
+    gate.Controller({}, gate.MAX_CLASSES + 1, SCALE, 0)
   with pytest.raises(ValueError, match="needs 6 int8 outputs"):
-    fc.Controller({}, 3, SCALE, 0).probed(np.zeros(3, np.int8), np.zeros(3, np.int8), 2)
+    gate.Controller({}, 3, SCALE, 0).probed(np.zeros(3, np.int8), np.zeros(3, np.int8), 2)
 
 
 def test_every_setting_reaches_the_device_and_the_host_app_once():

@@ -5,7 +5,7 @@ import types
 import numpy as np
 import pytest
 
-from forge_tflm.evaluation.int8_methods import _ScaleAdaptKernel
+from forge_tflm.evaluation.int8_methods import ScaleAdaptKernel
 from forge_tflm.ops import QuantParams, RecalibOptions
 from forge_tflm.runtime.segmented import ADAPT, FROZEN
 
@@ -18,7 +18,7 @@ def _node(activation, momentum=0.3):
 
 @pytest.mark.parametrize("activation", ["none", "relu", "relu6"])
 def test_table_matches_elementwise_definition(activation):
-  kernel = _ScaleAdaptKernel(_node(activation))
+  kernel = ScaleAdaptKernel(_node(activation))
   rng = np.random.default_rng(0)
   for step in range(6):
     # Shifted and rescaled batches, so the tracked range moves every step.
@@ -36,7 +36,7 @@ def test_table_matches_elementwise_definition(activation):
 
 def test_range_ema_follows_the_batch_extremes():
   node = _node("none", momentum=0.5)
-  kernel = _ScaleAdaptKernel(node)
+  kernel = ScaleAdaptKernel(node)
   low0, high0 = kernel.low, kernel.high
   x = np.array([[-20, 30]], np.int8)
   kernel(x, ADAPT)

@@ -47,7 +47,7 @@ def test_ranking_units_are_what_they_claim(setup):
   assert r.sites == tuple(selection.site_names(artifact)) and len(r.sites) == 5
   # Adapting no site is the source; each single-site unit adapts exactly that site.
   one = selection.SiteUnit(artifact, streams[0], (r.sites[2],), 4)
-  _, model = selection._model(artifact, "optimized")
+  _, model = selection.worker_model(artifact, "optimized")
   x, labels = selection.stream_inputs(artifact, streams[0])
   model.reset()
   pred = np.concatenate([model.run(x[i], mode="source") for i in

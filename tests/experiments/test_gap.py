@@ -24,7 +24,7 @@ def setup(tmp_path_factory):
 
 def test_kept_bn_conv_is_the_unfolded_conv(setup):
   path, src, data_dir = setup
-  m = gap._models(path, src, data_dir)
+  m = gap.gap_models(path, src, data_dir)
   artifact, folded, kept, kernels = m.artifact, m.folded, m.kept, m.kernels
   sites = gap.bn_sites(src, [n.name for n in folded.nodes])
   a, b = tg.load_model(artifact.model), tg.load_model(m.kept_bytes)
@@ -53,7 +53,7 @@ def test_kept_bn_conv_is_the_unfolded_conv(setup):
 
 def test_float64_step_on_the_folded_model_matches_the_op_in_source_mode(setup):
   path, src, data_dir = setup
-  m = gap._models(path, src, data_dir)
+  m = gap.gap_models(path, src, data_dir)
   artifact, folded, kernels = m.artifact, m.folded, m.kernels
   x = model_input(artifact, tiny_models.random_images(8, size=32, seed=3))
   ref = folded.run(x, mode="source")

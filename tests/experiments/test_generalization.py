@@ -11,9 +11,15 @@ from tests.data import fixtures
 def test_missing_datasets_are_reported_not_faked(tmp_path):
   ctx = common.ExperimentContext(str(tmp_path / "cifar10"), str(tmp_path / "r"),
                                  str(tmp_path / "a"), images=4, progress=False)
-  row = generalization._run_row(ctx, generalization.ROWS[1])
-  assert row == {"ran": False, "reason": row["reason"]}
-  assert row["reason"].startswith(f"cifar100 not available at {tmp_path / 'cifar100'}")
+  outcome = generalization.run(ctx)
+  rows = outcome.data["rows"]
+  assert list(rows) == [r.title for r in generalization.ROWS]
+  assert all(r == {"ran": False, "reason": r["reason"]} for r in rows.values())
+  title = generalization.ROWS[1].title
+  assert rows[title]["reason"].startswith(
+      f"cifar100 not available at {tmp_path / 'cifar100'}")
+  assert f"| {title} | not run: cifar100 not available" in outcome.markdown
+  assert outcome.artifacts == ()
 
 
 def test_each_layout_runs_when_present(tmp_path):

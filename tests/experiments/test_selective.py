@@ -26,11 +26,11 @@ def synthetic(n=5):
 
 def test_markdown_states_each_paper_claim_next_to_ours(tmp_path):
   d = synthetic()
-  md = selective._markdown(d, 5)
+  md = selective.markdown(d, 5)
   assert "| held-out top-3, share of all-site recovery | 93% | 70.0% |" in md
   assert "| best subset chosen on held-out data (k, recovery) | 8, +19.6 | 4, +11.00 |" in md
   assert md.count("\n| ") >= 5 + 5 + 6
-  selective._figure(d, 5, str(tmp_path / "f.png"))
+  selective.figure(d, 5, str(tmp_path / "f.png"))
   assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
 
 

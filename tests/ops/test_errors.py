@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from forge_tflm import ops
+from forge_tflm.ops import options
 
 needs_core = pytest.mark.skipif(not ops.c_core_available(),
                                 reason="C core not built (pip install -e .)")
@@ -154,7 +155,7 @@ def test_c_core_validation_raises_and_writes_nothing(overrides):
   """The raw binding (options given as a plain object, codes as integers), so the
   C core's own validation is reached with values RecalibOptions would refuse."""
   from types import SimpleNamespace
-  from forge_tflm.ops import _forge_recalib_core as core
+  core = options.core()
   fields = dataclasses.asdict(ops.RecalibOptions(momentum=0.1))
   args = dict(fields, s_x=0.05, z_x=0, s_y=0.05, z_y=0, mode=0, path=0, variant=0, c=3,
               x_shape=(2, 2, 2, 3))
@@ -176,7 +177,7 @@ def test_c_core_validation_raises_and_writes_nothing(overrides):
 
 @needs_core
 def test_c_core_valid_raw_call_succeeds():
-  from forge_tflm.ops import _forge_recalib_core as core
+  core = options.core()
   x = np.zeros((2, 2, 2, 3), np.int8)
   y = np.empty_like(x)
   beta, gamma = np.zeros(3, np.float32), np.ones(3, np.float32)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from forge_tflm import ops
-from forge_tflm.ops import reference
+from forge_tflm.ops import options, reference
 from tests.ops import cases
 
 pytestmark = pytest.mark.skipif(not ops.c_core_available(),
@@ -29,7 +29,11 @@ def _check_stream(beta, gamma, opts, quant, batches, modes) -> None:
   ref = op.state.copy()
   states = [op.state.copy() for _ in _RUNS]
   reset = np.empty_like(op.state.data)
-  op._prepared.int_state_reset(reset)
+  # The C core's own reset, on a node prepared as RecalibOp prepares it.
+  node = options.core().Prepared(opts, float(quant.s_x), int(quant.z_x),
+                                 float(quant.s_y), int(quant.z_y), op.state.beta,
+                                 op.state.gamma_abs)
+  node.int_state_reset(reset)
   np.testing.assert_array_equal(reset, ref.data, err_msg="reset")
   for step, (x, mode) in enumerate(zip(batches, modes)):
     y_ref = ops.forge_recalib_reference(x, ref, opts, quant, mode)
@@ -190,7 +194,7 @@ def test_int_requantization_error_bound():
     for ch in range(c):
       if abs(int(bias[ch])) == 2**30:
         continue
-      a = fxv(reference._int_gain(int(var[ch]), gamma[ch], t))
+      a = fxv(reference.int_gain(int(var[ch]), gamma[ch], t))
       by = fxv(reference.fx_mul(reference.fx_of(beta[ch]), t.inv_sy))
       for qv in (-128, -1, 0, 77, 127):
         u = qv - quant.z_x

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from forge_tflm import ops
-from forge_tflm.ops import _forge_recalib_core as core
 from forge_tflm.ops import options
 from tests.custom_ops import options_crosscheck
+
+core = options.core()  # The compiled C core module.
 
 
 def test_option_fields_are_the_c_structs():

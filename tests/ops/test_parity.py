@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from forge_tflm import ops
+from forge_tflm.ops import options
 from tests.ops import cases
 
 pytestmark = pytest.mark.skipif(not ops.c_core_available(),
@@ -88,7 +89,7 @@ def test_parity_auto_path_and_in_place():
 
 def test_binding_default_is_the_host_variant():
   # What the binding runs by default is what the tests above checked.
-  from forge_tflm.ops import _forge_recalib_core as core
+  core = options.core()
   assert ops.c_core_variant() == core.DEFAULT_VARIANT
   assert ops.c_core_variant() in ("x86_avx512", "x86_avx2", "ansi")
   with pytest.raises(ValueError, match="variant"):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from forge_tflm.training import distill
-from forge_tflm.training.train import TrainConfig, _recipe
+from forge_tflm.training.train import TrainConfig, recipe
 
 
 def _softmax(z):
@@ -106,5 +106,5 @@ def test_config_checks_and_resume_equality():
   assert config.teachers == ("a.keras", "b.keras")
   # A checkpoint stores the config as JSON (lists): it must still match.
   stored = json.loads(json.dumps(dataclasses.asdict(config)))
-  assert _recipe(stored) == _recipe(dataclasses.asdict(config))
-  assert _recipe(stored) != _recipe(dataclasses.asdict(TrainConfig(teachers=["a.keras"])))
+  assert recipe(stored) == recipe(dataclasses.asdict(config))
+  assert recipe(stored) != recipe(dataclasses.asdict(TrainConfig(teachers=["a.keras"])))
