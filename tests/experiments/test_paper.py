@@ -1,0 +1,71 @@
+"""The report's paper section: every "ours" is read from its result file."""
+
+import json
+import os
+import shutil
+
+from forge_tflm.experiments import paper, report
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Rows that link a file but whose number the experiment does not record.
+UNMEASURED = {("tab:abl-bits", "clean accuracy 8/8, 6/6, 4/8, 4/4"),
+              ("tab:lotv", "implied 1/std scaling error at batch 1 / 64 (%)")}
+
+
+def row(claim):
+  return next(r for r in paper.ROWS if r.claim == claim)
+
+
+def line(lines, claim):
+  return next(l for l in lines if l.startswith(f"| {row(claim).table} | {claim} |"))
+
+
+def test_every_sourced_row_reads_its_value_from_a_committed_file():
+  for r in paper.ROWS:
+    # No figure typed in: ours is a reader or nothing.
+    assert r.ours is None or isinstance(r.ours, paper.Ours), r.claim
+    if r.ours is None:
+      assert not r.source or (r.table, r.claim) in UNMEASURED, r.claim
+      continue
+    assert r.source, r.claim
+    for value in r.ours.values:
+      assert os.path.exists(os.path.join(ROOT, value.file)), (r.claim, value.file)
+    assert not r.ours.render(ROOT).startswith("missing"), r.claim
+
+
+def test_the_committed_report_shows_what_the_files_say():
+  # Re-run `forge_tflm report` after a result changes; this fails until then.
+  with open(os.path.join(ROOT, "results", "REPORT.md")) as f:
+    committed = f.read().splitlines()
+  for l in paper.markdown(ROOT):
+    if l.startswith("| ") and not l.startswith("| table"):
+      assert l in committed, l
+
+
+def copy(tmp_path, rel):
+  (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+  shutil.copy(os.path.join(ROOT, rel), tmp_path / rel)
+  return tmp_path / rel
+
+
+def test_a_changed_result_file_changes_the_row(tmp_path):
+  copy(tmp_path, "results/baselines/result.md")  # the report's own section reads it
+  baselines = copy(tmp_path, "results/baselines/result.json")
+  doc = json.loads(baselines.read_text())
+  doc["results"]["summary"]["forge"]["mean_accuracy"] = 99.94
+  baselines.write_text(json.dumps(doc))
+  memory = copy(tmp_path, "benchmarks/results/mcu_memory.md")
+  memory.write_text(memory.read_text().replace("| an386 | FORGE, 21 sites | 87,012 | 10,128 | 6,272 |",
+                                               "| an386 | FORGE, 21 sites | 87,012 | 10,128 | 1,234 |"))
+  lines = report.build_report(str(tmp_path / "results")).splitlines()
+  assert "| 99.9 / +12.3 (0.14) |" in line(lines, "FORGE: accuracy / recovery (std, 5 orderings)")
+  assert "| 1,234 B / 896 B |" in line(lines, "running mean + var (SRAM), 21 sites / top-3")
+  # Files not copied read as missing, naming the file, instead of failing the report.
+  assert "| missing (results/per-corruption/result.json) |" in line(lines, "mean: source / BN-adapt / TENT / FORGE")
+
+
+def test_a_missing_value_names_its_file(tmp_path):
+  copy(tmp_path, "results/gate/result.json").write_text('{"results": {}}')
+  assert row("CIFAR-10-C: ungated (hurt) / fires / gated (hurt)").ours.render(str(tmp_path)) == \
+      "missing (results/gate/result.json)"
+  assert paper.table_cell("| a | b |\n| --- | --- |\n| x | 1 |\n", ("x",), "b") == "1"
