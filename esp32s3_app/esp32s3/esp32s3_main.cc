@@ -13,7 +13,7 @@
 //
 // Arguments (QEMU's -append, read through Xtensa semihosting, -semihosting):
 //   --trace=none|forge|all  (default forge)   --frozen   --images=N
-//   --gate  (the gate with the export's settings, esp32s3_gate.cc)
+//   --gate  (the gate with the export's settings, esp32s3_export.cc)
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,17 +32,15 @@ void esp32s3_write0(const char* s);
 const char* esp32s3_cmdline(char* buf, int size);
 uint64_t esp32s3_ccount64(void);
 }
-bool Esp32s3GateSettings(ForgeControllerSettings* settings);  // esp32s3_gate.cc
-
-#ifndef FORGE_ESP32S3_ARENA_BYTES
-#define FORGE_ESP32S3_ARENA_BYTES (160 * 1024)
-#endif
+// esp32s3_export.cc (per GEN_DIR): the gate's settings and the arena.
+bool Esp32s3GateSettings(ForgeControllerSettings* settings);
+extern uint8_t g_esp32s3_arena[];
+extern const size_t g_esp32s3_arena_bytes;
 
 namespace {
 
 constexpr uint32_t kCalibIterations = 5000000;  // 10M instructions
 
-alignas(16) uint8_t g_arena[FORGE_ESP32S3_ARENA_BYTES];
 uint64_t g_ratio_x1000 = 1000;  // instructions per CCOUNT tick, x1000
 char g_cmdline[256];
 
@@ -76,8 +74,8 @@ int main() {
   ForgeAppConfig config;
   config.model = forge_app_model;
   config.model_size = forge_app_model_size;
-  config.arena = g_arena;
-  config.arena_size = sizeof(g_arena);
+  config.arena = g_esp32s3_arena;
+  config.arena_size = g_esp32s3_arena_bytes;
   config.images = forge_app_images;
   config.num_images = forge_app_num_images;
   config.trace = FORGE_APP_TRACE_FORGE;

@@ -218,6 +218,66 @@ def test_export_firmware_runs_bit_exact_on_esp32s3(lib, artifacts, tmp_path):
               f"--expected={gen}"]) == 0, text[-2000:]
 
 
+def _classes_artifact() -> str:
+  """forge_classes (every site with class-balanced statistics, the label defence),
+  converted as tests/deploy/test_host_parity.py converts it (same folder, key, lock and
+  options: one conversion for both tests, ~30 s when the host tests have not made it)."""
+  from tests.deploy import test_host_parity as hp
+
+  root = os.path.join(third_party.build_cache(), "deploy_artifacts", hp._converter_hash())
+  path = os.path.join(root, "r20_forge_classes.tflite")
+  with hp._locked(root + ".lock"):
+    if not os.path.exists(path):
+      hp._convert(root, [f"--output={path}", "--class_images=1000", "--class_margin=2"])
+  return path
+
+
+# export-firmware's arena estimate (64-bit persistent bound + 15%) for forge_classes,
+# 302 KB, does not fit beside the code in the S3's SRAM (at most ~305 KB of arena,
+# README); the app needs ~210 KB (arena_used, printed), so the test exports 240 KB.
+GATED_ARENA = {"forge_classes": 240 * 1024}
+
+
+@pytest.mark.parametrize("name", ["forge_all", "forge_classes"])
+def test_export_firmware_gated_runs_bit_exact_on_esp32s3(lib, artifacts, tmp_path, name):
+  """export-firmware --mode=gated -> the emulated S3 with --gate -> verify-device,
+  bit-exact on the 200-image stream: every image's path (source / adapt / frozen), its
+  logits and prediction, every FORGE output and state, every gate decision. A short
+  probe and period (16 / 40, as test_host_parity's gated tests) so that the stream
+  holds 5 decisions; forge_classes (class-balanced: state kept through an off
+  decision, the concealed veto, an early decision) runs the gate's other settings."""
+  import collections
+
+  from forge_tflm import deploy
+  from forge_tflm.deploy.export import export_firmware
+  from forge_tflm.evaluation.gate import GateConfig
+
+  path = artifacts[name] if name in artifacts else _classes_artifact()
+  gen = tmp_path / "gen_gated"
+  with pytest.MonkeyPatch.context() as mp:
+    if "FORGE_TFLM_CACHE" not in os.environ:
+      mp.setenv("FORGE_TFLM_CACHE", str(tmp_path / "cache"))
+    export_firmware(path, str(gen), data_dir=cm.DATA_DIR, images=N_IMAGES, mode="gated",
+                    gate=GateConfig(probe_images=16, period=40),
+                    arena_bytes=GATED_ARENA.get(name))
+  elf = build_elf(str(gen))
+  t0 = time.time()
+  text, _ = run_qemu(elf, "--trace=forge --gate")
+  TIMINGS[f"qemu_gated_{name}_{N_IMAGES}"] = round(time.time() - t0, 1)
+  run = deploy.parse_app_output(text)
+  assert run.ok and run.header["mode"] == "gated", text[-2000:]
+  assert len(run.paths) == N_IMAGES and len(run.forge_ops) == 21
+  assert len(run.gate_decisions) == N_IMAGES // 40 + (N_IMAGES % 40 >= 16)
+  log = tmp_path / "gated.log"
+  log.write_text(text)
+  from forge_tflm.cli.main import main as cli
+  assert cli(["forge_tflm", "verify-device", str(log), f"--expected={gen}"]) == 0, text[-2000:]
+  print(f"\nesp32s3/{name} gated: verify-device BIT-EXACT, {N_IMAGES} images, paths "
+        f"{dict(collections.Counter(run.paths))}, decisions "
+        f"{[(d['image'], d['on']) for d in run.gate_decisions]}; arena_used="
+        f"{run.mem['arena_used']}; {TIMINGS}")
+
+
 def _cost_run(artifact: str, images, tag: str, variant: str = "ansi"):
   from forge_tflm import deploy
 
