@@ -90,16 +90,17 @@ def export(artifact, tmp_path_factory):
 
   folders = {}
 
-  def get(n: int) -> str:
-    if n not in folders:
+  def get(n: int, arena_bytes: int | None = None) -> str:
+    if (n, arena_bytes) not in folders:
       gen = tmp_path_factory.mktemp(f"r8_gen_{n}") / "generated"
       t0 = time.time()
+      arena = [f"--arena_bytes={arena_bytes}"] if arena_bytes else []
       with _dataset_cache(tmp_path_factory):
         assert cli(["forge_tflm", "export-firmware", artifact, f"--data_dir={DATA_DIR}",
-                    f"--images={n}", f"--output_dir={gen}"]) == 0
+                    f"--images={n}", f"--output_dir={gen}"] + arena) == 0
       _timed("export", t0)
-      folders[n] = str(gen)
-    return folders[n]
+      folders[(n, arena_bytes)] = str(gen)
+    return folders[(n, arena_bytes)]
   return get
 
 
