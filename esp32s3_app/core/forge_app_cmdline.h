@@ -24,6 +24,22 @@ inline const char* ForgeAppDecimal(uint64_t v, char* buf) {
   return buf;
 }
 
+// The boot line "<prefix> calib_instructions=I calib_ticks=T
+// instructions_per_tick_x1000=R" through the target's console `write`.
+inline void ForgeAppWriteCalibration(void (*write)(const char*), const char* prefix,
+                                     uint64_t instructions, uint64_t ticks,
+                                     uint64_t ratio_x1000) {
+  char a[24], b[24], c[24];
+  write(prefix);
+  write(" calib_instructions=");
+  write(ForgeAppDecimal(instructions, a));
+  write(" calib_ticks=");
+  write(ForgeAppDecimal(ticks, b));
+  write(" instructions_per_tick_x1000=");
+  write(ForgeAppDecimal(ratio_x1000, c));
+  write("\n");
+}
+
 // True when `arg` is a whole space-separated word of cmdline.
 inline bool ForgeAppHasArg(const char* cmdline, const char* arg) {
   const size_t n = strlen(arg);

@@ -135,16 +135,20 @@ static ForgeControllerEvent decide(ForgeController* c, bool on) {
 // At the end of a probed batch: the whole probe's decision, an early "on", or none.
 static ForgeControllerEvent maybe_decide(ForgeController* c) {
   const ForgeControllerSettings* s = &c->settings;
+  const bool last = c->probed >= s->probe_images;
+  // Scores cost K logs per path: only where a decision can fall.
+  if (!last && (s->early_images == 0 || c->probed < s->early_images)) {
+    return FORGE_CONTROLLER_NONE;
+  }
   const double score = forge_controller_score(c);
   const double rho = forge_controller_autocorrelation(c, false);
-  if (c->probed >= s->probe_images) {
+  if (last) {
     const bool vetoed = rho > s->max_autocorrelation &&
                         !(s->concealed_veto &&
                           forge_controller_autocorrelation(c, true) > s->max_autocorrelation);
     return decide(c, !vetoed && score > s->delta);
   }
-  if (s->early_images > 0 && c->probed >= s->early_images &&
-      rho <= s->early_max_autocorrelation && score > s->early_delta) {
+  if (rho <= s->early_max_autocorrelation && score > s->early_delta) {
     return decide(c, true);
   }
   return FORGE_CONTROLLER_NONE;

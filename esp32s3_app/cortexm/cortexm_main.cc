@@ -63,14 +63,8 @@ void Calibrate() {
   const uint64_t ticks = cortexm_systick_ticks() - t0;
   const uint64_t instructions = 2ull * kCalibIterations;
   if (ticks > 0) g_ratio_x1000 = (instructions * 1000u + ticks / 2) / ticks;
-  char a[24], b[24], c[24];
-  cortexm_write0("cortexm board=" FORGE_CORTEXM_BOARD " calib_instructions=");
-  cortexm_write0(ForgeAppDecimal(instructions, a));
-  cortexm_write0(" calib_ticks=");
-  cortexm_write0(ForgeAppDecimal(ticks, b));
-  cortexm_write0(" instructions_per_tick_x1000=");
-  cortexm_write0(ForgeAppDecimal(g_ratio_x1000, c));
-  cortexm_write0("\n");
+  ForgeAppWriteCalibration(cortexm_write0, "cortexm board=" FORGE_CORTEXM_BOARD, instructions,
+                           ticks, g_ratio_x1000);
 }
 
 }  // namespace

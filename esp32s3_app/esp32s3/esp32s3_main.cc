@@ -56,14 +56,8 @@ void Calibrate() {
   const uint64_t ticks = esp32s3_ccount64() - t0;
   const uint64_t instructions = 2ull * kCalibIterations;
   if (ticks > 0) g_ratio_x1000 = (instructions * 1000u + ticks / 2) / ticks;
-  char a[24], b[24], c[24];
-  esp32s3_write0("esp32s3 board=qemu calib_instructions=");
-  esp32s3_write0(ForgeAppDecimal(instructions, a));
-  esp32s3_write0(" calib_ticks=");
-  esp32s3_write0(ForgeAppDecimal(ticks, b));
-  esp32s3_write0(" instructions_per_tick_x1000=");
-  esp32s3_write0(ForgeAppDecimal(g_ratio_x1000, c));
-  esp32s3_write0("\n");
+  ForgeAppWriteCalibration(esp32s3_write0, "esp32s3 board=qemu", instructions, ticks,
+                           g_ratio_x1000);
 }
 
 }  // namespace

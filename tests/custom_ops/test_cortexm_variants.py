@@ -22,12 +22,12 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import time
 
 import pytest
 
 from tests import third_party
 from tests.conftest import REPO_ROOT
+from tests.qemu import run_console
 
 TEST_DIR = os.path.join(REPO_ROOT, "custom_ops", "forge_recalib", "test", "cortexm")
 BOARDS = {"an386": ("mps2-an386", ["cortexm"]), "an547": ("mps3-an547", ["cortexm", "mve"])}
@@ -47,20 +47,13 @@ def build(board: str) -> str:
 
 
 def run(board: str, elf: str, args: str, icount: bool = False) -> tuple[int, str]:
-  out_file = f"{elf}.{os.getpid()}.{time.monotonic_ns()}.out"
-  cmd = ["qemu-system-arm", "-M", BOARDS[board][0], "-display", "none", "-serial", "null",
-         "-monitor", "none", "-chardev", f"file,id=semihosting,path={out_file}",
-         "-semihosting-config", "enable=on,target=native,chardev=semihosting"]
-  if icount:
-    cmd += ["-icount", "shift=0"]
-  cmd += ["-kernel", elf, "-append", args]
-  try:
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
-                       stdin=subprocess.DEVNULL)
-    text = open(out_file).read() if os.path.exists(out_file) else ""
-  finally:
-    if os.path.exists(out_file):
-      os.remove(out_file)
+  def command(out_file):
+    cmd = ["qemu-system-arm", "-M", BOARDS[board][0], "-display", "none", "-serial", "null",
+           "-monitor", "none", "-chardev", f"file,id=semihosting,path={out_file}",
+           "-semihosting-config", "enable=on,target=native,chardev=semihosting"]
+    return cmd + (["-icount", "shift=0"] if icount else []) + ["-kernel", elf, "-append", args]
+
+  r, text = run_console(command, elf, 900)
   return r.returncode, text
 
 

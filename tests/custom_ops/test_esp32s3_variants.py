@@ -23,13 +23,13 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import time
 
 import pytest
 
 from tests import third_party
 from tests.conftest import REPO_ROOT
 from tests.custom_ops.test_cortexm_variants import CASES
+from tests.qemu import run_console
 
 TEST_DIR = os.path.join(REPO_ROOT, "custom_ops", "forge_recalib", "test", "esp32s3")
 SHAPES = ("32x32x16", "16x16x32", "8x8x64")
@@ -51,15 +51,7 @@ def elf() -> str:
 def run(elf: str, args: str, icount: bool = False) -> tuple[int, str]:
   from tests.deploy import test_esp32s3_qemu as s3
 
-  out_file = f"{elf}.{os.getpid()}.{time.monotonic_ns()}.out"
-  cmd = s3.qemu_command(elf, out_file, args, icount)
-  try:
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
-                       stdin=subprocess.DEVNULL)
-    text = open(out_file).read() if os.path.exists(out_file) else ""
-  finally:
-    if os.path.exists(out_file):
-      os.remove(out_file)
+  r, text = run_console(lambda out: s3.qemu_command(elf, out, args, icount), elf, 900)
   return r.returncode, text
 
 

@@ -59,9 +59,10 @@ import pytest
 
 from forge_tflm.artifact import Artifact
 from tests import third_party
+from tests.conftest import REPO_ROOT, SHARED_DATASETS
 from tests.deploy.parity import check_parity
 from tests.deploy.test_host_parity import _converter_hash  # One conversion for both tests.
-from tests.conftest import REPO_ROOT, SHARED_DATASETS
+from tests.qemu import run_console
 
 CORTEXM_DIR = os.path.join(REPO_ROOT, "esp32s3_app", "cortexm")
 MODEL = os.path.join(REPO_ROOT, "models", "resnet20_cifar10.keras")
@@ -161,17 +162,9 @@ def qemu_command(board: str, elf: str, out_file: str, args: str = "") -> list[st
 def run_qemu(board: str, elf: str, args: str = "", timeout: float = 1800) -> tuple[str, dict]:
   """Runs `elf` on the board's machine; returns (its output lines, the calibration
   fields of the target's "cortexm" line)."""
-  out_file = elf + f".{os.getpid()}.{time.monotonic_ns()}.out"
-  cmd = qemu_command(board, elf, out_file, args)
-  try:
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                       stdin=subprocess.DEVNULL)
-    text = open(out_file).read() if os.path.exists(out_file) else ""
-  finally:
-    if os.path.exists(out_file):
-      os.remove(out_file)
+  r, text = run_console(lambda out: qemu_command(board, elf, out, args), elf, timeout)
   if r.returncode != 0:
-    raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}\n{text[-3000:]}"
+    raise RuntimeError(f"{' '.join(r.args)}: exit {r.returncode}\n{text[-3000:]}"
                        f"{r.stdout[-2000:]}{r.stderr[-2000:]}")
   calib = {}
   m = re.search(r"^cortexm (.*)$", text, re.M)

@@ -36,9 +36,10 @@ import numpy as np
 import pytest
 
 from tests import third_party
+from tests.conftest import REPO_ROOT
 from tests.deploy import test_cortexm as cm
 from tests.deploy.parity import check_parity
-from tests.conftest import REPO_ROOT
+from tests.qemu import run_console
 
 ESP32S3_DIR = os.path.join(REPO_ROOT, "esp32s3_app", "esp32s3")
 ARTIFACTS = cm.ARTIFACTS
@@ -119,17 +120,9 @@ def qemu_command(elf: str, out_file: str, args: str = "", icount: bool = False,
 def run_qemu(elf: str, args: str = "", icount: bool = False, timeout: float = 1800,
              flash: str | None = None) -> tuple[str, dict]:
   """Runs `elf`; returns (its UART output, the fields of its "esp32s3" line)."""
-  out_file = elf + f".{os.getpid()}.{time.monotonic_ns()}.out"
-  cmd = qemu_command(elf, out_file, args, icount, flash)
-  try:
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                       stdin=subprocess.DEVNULL)
-    text = open(out_file).read() if os.path.exists(out_file) else ""
-  finally:
-    if os.path.exists(out_file):
-      os.remove(out_file)
+  r, text = run_console(lambda out: qemu_command(elf, out, args, icount, flash), elf, timeout)
   if r.returncode != 0:
-    raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}\n{text[-3000:]}{r.stderr[-2000:]}")
+    raise RuntimeError(f"{' '.join(r.args)}: exit {r.returncode}\n{text[-3000:]}{r.stderr[-2000:]}")
   m = re.search(r"^esp32s3 (.*)$", text, re.M)
   calib = dict(f.split("=", 1) for f in m.group(1).split()) if m else {}
   return text, calib
