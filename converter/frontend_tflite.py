@@ -1,9 +1,10 @@
 """Int8 TFLite front end: the full-int8 model a user already ships, BN folded long ago.
 
-No BatchNorm is left to read FORGE's clean targets from, so they are measured: a site's
-pre-activation output (the conv's int32 accumulator plus bias in real units, before its
-fused activation and requantization) over clean calibration images; beta = its
-per-channel mean, |gamma| = its per-channel standard deviation. Sites: every CONV_2D and
+No BatchNorm is left to read FORGE's clean targets from, so they are measured on what
+the op will read: each conv's output as the model computes it (its fused activation
+included, dequantized) over clean calibration images; beta = its per-channel mean,
+|gamma| = its per-channel standard deviation. The conv and its output grid stay as they
+are, so source mode is the input model bit for bit. Sites: every CONV_2D and
 DEPTHWISE_CONV_2D. The input model is the plain int8 model, byte for byte.
 """
 
@@ -11,44 +12,38 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import warnings
 
 import numpy as np
+from absl import logging
 
 from forge_tflm import tflite_graph as tg
-from forge_tflm.converter.calibration import RangeStats
 from forge_tflm.converter.sites import BNSite, ConversionError, first_line
+from forge_tflm.quiet import native_output_hidden
 from forge_tflm.ops.options import DEFAULT_EPS, activation_from_tflite
 
 _KINDS = {"CONV_2D": "conv", "DEPTHWISE_CONV_2D": "depthwise"}
-# The accumulator reconstructed here is requantized and compared with the model's own
-# conv output: the kernels' fixed-point multiplier may round one step differently.
-_REPRODUCE_STEPS = 1
 # Calibration inputs whose quantization saturates more often than this were given with
 # the wrong input contract (e.g. pixels/255 for a model that takes 0..255).
 _MAX_INPUT_SATURATION = 0.01
 # ... or use so few input steps that the contract must be too narrow (pixels/255 for a
 # model that takes 0..255 uses 2).
 _MIN_INPUT_STEPS = 16
-_KEEP_VALUES = 200_000  # Per site, for the pre-activation range (calibration.RangeStats).
+# eps = (step / 16)^2 of the conv's output grid: a channel whose clean std is at least a
+# step has |gamma| / sqrt(gamma^2 + eps) within 0.2% of 1, so source mode moves none of
+# its 256 values (BN's fixed 1e-5 is a large fraction of a post-ReLU variance).
+_EPS_STEP_FRACTION = 1 / 16
 
 
 @dataclasses.dataclass(frozen=True)
 class _Conv:
-  """What the accumulator of one conv needs, read from the flatbuffer once."""
+  """One conv of the model, read from the flatbuffer once."""
   index: int
   kind: str
-  input: int                 # Tensor indices.
-  output: int
+  output: int                # Tensor index.
   weights: np.ndarray        # int8, TFLite layout ([O,H,W,I] or [1,H,W,C*M]).
-  bias: np.ndarray           # Real units (bias_q * bias scale), [O].
-  input_quant: tuple[float, int]
   output_quant: tuple[float, int]
   activation: str            # The conv's fused activation (a forge_tflm.ops name).
-  weight_scale: np.ndarray   # [O]
-  stride: tuple[int, int]
-  dilation: tuple[int, int]
-  same_padding: bool
-  multiplier: int            # Depthwise channel multiplier (1 for CONV_2D).
 
 
 _LAYER_PATTERNS = (re.compile(r"(^|_)bn(_|\d|$)|batch_?norm", re.IGNORECASE),
@@ -91,7 +86,6 @@ class TfliteFrontend:
       raise ConversionError(f"cannot read TFLite model {path!r}: {first_line(e)}") from e
     self._check_int8()
     self.convs = self._read_convs()
-    self._stats: dict[str, RangeStats] = {}
 
   def _check_int8(self) -> None:
     m = self.model_t
@@ -127,27 +121,13 @@ class TfliteFrontend:
       if weights is None or weights.dtype != np.int8 or x.type != tg.schema.TensorType.INT8:
         raise ConversionError(f"{self.path}: {tg.op_name(m, op)} op {i} is not int8 with"
                               " constant int8 weights: not a full-int8 model")
-      out_ch = int(weights.shape[0 if kind == "conv" else 3])
-      w_scale = np.broadcast_to(np.asarray(w.quantization.scale, np.float64), (out_ch,))
-      bias = np.zeros(out_ch)
-      if len(op.inputs) > 2 and op.inputs[2] >= 0:
-        b = sg.tensors[op.inputs[2]]
-        bias = (tg.buffer_array(m, b).astype(np.float64)
-                * np.broadcast_to(np.asarray(b.quantization.scale, np.float64), (out_ch,)))
-      o = op.builtinOptions
-      act = activation_from_tflite(o.fusedActivationFunction)
+      act = activation_from_tflite(op.builtinOptions.fusedActivationFunction)
       if act is None:
         raise ConversionError(f"{self.path}: op {i} has unsupported fused activation code"
-                              f" {o.fusedActivationFunction}")
-      convs.append(_Conv(
-          index=i, kind=kind, input=int(op.inputs[0]), output=int(op.outputs[0]),
-          weights=weights, bias=bias, input_quant=tg.per_tensor_quant(x),
-          output_quant=tg.per_tensor_quant(sg.tensors[op.outputs[0]]),
-          activation=act.name,
-          weight_scale=np.array(w_scale), stride=(o.strideH, o.strideW),
-          dilation=(o.dilationHFactor or 1, o.dilationWFactor or 1),
-          same_padding=o.padding == tg.schema.Padding.SAME,
-          multiplier=int(o.depthMultiplier or 1) if kind == "depthwise" else 1))
+                              f" {op.builtinOptions.fusedActivationFunction}")
+      convs.append(_Conv(index=i, kind=kind, output=int(op.outputs[0]), weights=weights,
+                         output_quant=tg.per_tensor_quant(sg.tensors[op.outputs[0]]),
+                         activation=act.name))
     return convs
 
   @property
@@ -199,26 +179,47 @@ class TfliteFrontend:
     return q.astype(np.int8)
 
   def measure_targets(self, sites: list[BNSite], x_float: np.ndarray) -> list[BNSite]:
-    """Sites with beta, |gamma| = the per-channel mean and std of their pre-activation
-    output over `x_float`; also keeps each site's range for `bn_output_ranges`."""
-    from forge_tflm.converter import preact
-
+    """Sites with beta, |gamma| = the per-channel mean and std of their conv's output
+    (dequantized, as the model computes it) over `x_float`."""
     index = self.op_index(sites)
     convs = {c.index: c for c in self.convs}
-    moments = preact.measure(self.data, [convs[index[s.name]] for s in sites],
-                             self.quantize_input(x_float), _KEEP_VALUES)
-    measured = []
-    for s, m in zip(sites, moments):
-      if m.worst_steps > _REPRODUCE_STEPS:
-        raise ConversionError(
-            f"site {s.name} (op {index[s.name]}): the reconstructed pre-activation is"
-            f" {m.worst_steps} steps off the model's own output; this conv layout is not"
-            " supported")
-      self._stats[s.name] = m.range
-      measured.append(dataclasses.replace(s, beta=m.mean.astype(np.float32),
-                                          gamma_abs=m.std.astype(np.float32)))
-    return measured
+    picked = [convs[index[s.name]] for s in sites]
+    moments = _output_moments(self.data, picked, self.quantize_input(x_float))
+    constant = sum(int(np.sum(std == 0)) for _, std in moments)
+    if constant:
+      # |gamma| = 0 holds such a channel at its clean value, in source mode too.
+      logging.warning("%d channels are constant on the %d calibration images; FORGE holds"
+                      " them at that value (give more images if they vary on your data)",
+                      constant, len(x_float))
+    return [dataclasses.replace(s, beta=mean.astype(np.float32),
+                                gamma_abs=std.astype(np.float32),
+                                eps=float((c.output_quant[0] * _EPS_STEP_FRACTION) ** 2))
+            for s, c, (mean, std) in zip(sites, picked, moments)]
 
-  def bn_output_ranges(self, sites: list[BNSite], calibration_inputs: np.ndarray):
-    del calibration_inputs  # Measured with the targets, on the same images.
-    return {s.name: self._stats[s.name] for s in sites}
+
+def _output_moments(model: bytes, convs: list[_Conv], x_int8: np.ndarray
+                    ) -> list[tuple[np.ndarray, np.ndarray]]:
+  """(mean, std) per channel of each conv's dequantized output over the int8 inputs."""
+  from ai_edge_litert.interpreter import Interpreter
+
+  with native_output_hidden(), warnings.catch_warnings():
+    warnings.simplefilter("ignore", UserWarning)  # "preserve_all_tensors is for debugging"
+    it = Interpreter(model_content=model, experimental_preserve_all_tensors=True)
+    it.allocate_tensors()
+  input_index = it.get_input_details()[0]["index"]
+  sums = [[0.0, 0.0, 0] for _ in convs]
+  for image in x_int8:
+    it.set_tensor(input_index, image[None])
+    it.invoke()
+    for c, acc in zip(convs, sums):
+      q = it.get_tensor(c.output)
+      scale, zp = c.output_quant
+      real = (q.reshape(-1, q.shape[-1]).astype(np.float64) - zp) * scale
+      acc[0] = acc[0] + real.sum(0)
+      acc[1] = acc[1] + np.square(real).sum(0)
+      acc[2] += real.shape[0]
+  out = []
+  for total, squares, count in sums:
+    mean = total / count
+    out.append((mean, np.sqrt(np.maximum(squares / count - np.square(mean), 0.0))))
+  return out

@@ -6,7 +6,9 @@ For a site whose conv writes tensor T with fused activation A:
 T keeps its name, shape and quantization, so every consumer is untouched. T_pre
 gets pre-activation quantization (the same as T when A is NONE). The conv's
 bias is int32 at scale s_in*s_w and does not depend on the output scale, so
-nothing else in the model changes.
+nothing else in the model changes. With targets measured on T itself (an int8
+input model) the conv keeps A and T's quantization: T_pre is T's copy, and FORGE
+re-applies A after normalizing.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def insert_recalib(model: "schema.ModelT", sites: list[BNSite], op_index: dict[s
 
   make_options(site, activation) -> RecalibOptions.
   preact(site) -> (scale, zero_point, saturated_fraction) for a site whose
-    activation moves into FORGE.
+    activation moves into FORGE, or None: the conv keeps its activation and output.
   """
   subgraph = model.subgraphs[0]
   opcode = tg.custom_opcode_index(model, tg.FORGE_RECALIB)
@@ -64,10 +66,11 @@ def insert_recalib(model: "schema.ModelT", sites: list[BNSite], op_index: dict[s
     if out.shape is None or out.shape[-1] != site.channels:
       raise ConversionError(f"site {site.name}: conv output has shape {out.shape}, BN has"
                             f" {site.channels} channels")
-    if activation == "none":
+    grid = None if activation == "none" else preact(site)
+    if grid is None:
       pre_quant, saturated = out_quant, 0.0
     else:
-      scale, zp, saturated = preact(site)
+      scale, zp, saturated = grid
       pre_quant = (scale, zp)
 
     pre = schema.TensorT()
@@ -91,7 +94,8 @@ def insert_recalib(model: "schema.ModelT", sites: list[BNSite], op_index: dict[s
       consts.append(len(subgraph.tensors) - 1)
 
     conv.outputs[0] = pre_idx
-    conv.builtinOptions.fusedActivationFunction = schema.ActivationFunctionType.NONE
+    if grid is not None:
+      conv.builtinOptions.fusedActivationFunction = schema.ActivationFunctionType.NONE
 
     options = make_options(site, activation)
     op = schema.OperatorT()

@@ -169,8 +169,11 @@ def _insert(ctx: _Context) -> None:
     return o.recalib.replace(eps=site.eps if o.eps_from_bn else None,
                              activation=activation)
 
-  ctx.inserted = insert.insert_recalib(ctx.model_t, ctx.sites, ctx.op_index, make_options,
-                                       lambda site: ctx.preact[site.name])
+  # Measured targets describe the conv's output as it is: no new grid.
+  measured = ctx.targets["source"] == "measured"
+  ctx.inserted = insert.insert_recalib(
+      ctx.model_t, ctx.sites, ctx.op_index, make_options,
+      lambda site: None if measured else ctx.preact[site.name])
   ctx.tflite = tg.save_model(ctx.model_t)
 
 
@@ -254,7 +257,7 @@ PASSES = (_load, _find_sites, _select, _calibration_inputs, _quantize, _parity, 
           _preact_ranges, _insert, _class_offsets, _validate)
 # From a full-int8 .tflite: targets measured on the calibration images.
 TFLITE_PASSES = (_load, _find_sites, _select, _calibration_inputs, _read_int8,
-                 _measure_targets, _preact_ranges, _insert, _source_parity,
+                 _measure_targets, _insert, _source_parity,
                  _class_offsets, _validate)
 
 

@@ -1,6 +1,5 @@
 """`convert` from a full-int8 .tflite: targets measured, sites = every conv."""
 
-import dataclasses
 import json
 import os
 
@@ -12,7 +11,6 @@ from keras import layers
 from forge_tflm import model_check
 from forge_tflm import tflite_graph as tg
 from forge_tflm.artifact import Artifact, InputContract
-from forge_tflm.converter import preact
 from forge_tflm.converter.calibration import record_bn_outputs
 from forge_tflm.converter.frontend_keras import find_keras_sites
 from forge_tflm.converter.frontend_tflite import TfliteFrontend, site_name
@@ -61,32 +59,39 @@ def test_every_conv_is_a_site_named_after_its_bn(measured):
       tiny_models.TINY_SITES
 
 
-def test_measured_targets_are_the_float_models_bn_moments(plain, measured):
-  """beta, |gamma| = the mean and std of each BN's output (the pre-activation) on the
-  calibration images, as the float model computes it, up to int8 rounding."""
+def test_measured_targets_are_the_moments_of_what_the_op_reads(plain, measured):
+  """beta, |gamma| = the mean and std of each conv's output after its activation on the
+  calibration images: the float model's activation(BN output), up to int8 rounding."""
   model, _, _ = plain
   result, out = measured
   x = _calibration().images.astype(np.float32) / 255.0
   _, sink = record_bn_outputs(model, find_keras_sites(model), x)
+  act = {"relu": lambda v: np.maximum(v, 0), "relu6": lambda v: np.clip(v, 0, 6),
+         "none": lambda v: v}
   mt = tg.load_model(result.tflite)
   for s in result.manifest.sites:
     node = model_check.forge_node(mt, s.op_index, out)
-    bn = np.concatenate(sink[s.name]).reshape(-1, s.channels)
-    std = bn.std(0)
-    np.testing.assert_allclose(node.beta, bn.mean(0), atol=0.05 * std.mean())
-    np.testing.assert_allclose(node.gamma_abs, std, rtol=0.05, atol=0.02 * std.mean())
+    y = act[s.options.activation](np.concatenate(sink[s.name]).reshape(-1, s.channels))
+    step = s.input_quant.scale  # int8 rounding moves a mean by at most half a step.
+    np.testing.assert_allclose(node.beta, y.mean(0), atol=step)
+    np.testing.assert_allclose(node.gamma_abs, y.std(0), rtol=0.05, atol=step)
 
 
-def test_source_mode_reproduces_the_input_model(plain, measured):
+def _same_outputs(plain_path: str, artifact: bytes, images: np.ndarray) -> None:
+  x = SegmentedModel(open(plain_path, "rb").read())
+  f = SegmentedModel(artifact)
+  q = x.quantize_input(images)
+  np.testing.assert_array_equal(f.run(q, mode=SOURCE), x.run(q, mode=SOURCE))
+
+
+def test_source_mode_is_the_input_model_bit_for_bit(plain, measured):
+  """The op reads the conv's own output, so FORGE off is the model the user ships (the
+  widened pre-activation grid this replaced moved 0.8-5.8% of top-1 predictions)."""
   _, path, _ = plain
   result, _ = measured
   p = result.manifest.parity["source_mode_vs_input"]
-  assert p["top1_agreement"] >= 0.95 and p["min_agreement"] == 0.9
-  x = SegmentedModel(open(path, "rb").read())
-  f = SegmentedModel(result.tflite)
-  images = x.quantize_input(tiny_models.random_images(16, seed=5) / np.float32(255))
-  same = x.run(images, mode=SOURCE).argmax(1) == f.run(images, mode=SOURCE).argmax(1)
-  assert same.mean() >= 0.9
+  assert p["top1_agreement"] == 1.0 and p["max_output_difference"] == 0.0
+  _same_outputs(path, result.tflite, tiny_models.random_images(16, seed=5) / np.float32(255))
 
 
 def test_the_artifact_loads_where_it_is_used(measured):
@@ -151,21 +156,16 @@ def _layouts_frontend(tmp_path, images: int):
   return TfliteFrontend(path), x
 
 
-def test_accumulators_reproduce_every_layout(tmp_path):
-  """VALID and SAME padding, strides, a depthwise multiplier, a non-square kernel: the
-  reconstructed pre-activation requantizes to the model's own outputs within a step."""
+def test_every_layout_is_the_input_model_bit_for_bit(tmp_path):
+  """VALID and SAME padding, strides, a depthwise multiplier, a non-square kernel,
+  relu6, relu and no activation: source mode reproduces the model exactly."""
   frontend, x = _layouts_frontend(tmp_path, 24)
   assert [c.kind for c in frontend.convs] == ["conv", "depthwise", "conv"]
-  moments = preact.measure(frontend.data, frontend.convs, frontend.quantize_input(x), 1000)
-  assert all(m.worst_steps <= 1 for m in moments)
-
-
-def test_a_misread_layout_is_refused(tmp_path):
-  frontend, x = _layouts_frontend(tmp_path, 8)
-  c = frontend.convs[0]
-  frontend.convs[0] = dataclasses.replace(c, weights=c.weights[:, ::-1].copy())
-  with pytest.raises(ConversionError, match="steps off the model's own output"):
-    frontend.measure_targets(frontend.find_sites(), x)
+  assert [c.activation for c in frontend.convs] == ["relu6", "none", "relu"]
+  result = convert(frontend.path, str(tmp_path / "out.tflite"), (x * 255).astype(np.uint8))
+  assert len(result.manifest.sites) == 3
+  _same_outputs(frontend.path, result.tflite,
+                tiny_models.random_images(16, size=15, seed=9) / np.float32(255))
 
 
 @pytest.mark.parametrize("tensor, index, name", [
