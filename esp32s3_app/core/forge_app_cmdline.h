@@ -63,4 +63,18 @@ inline void ForgeAppApplyArgs(const char* cmdline, ForgeAppConfig* config) {
   }
 }
 
+// --gate: the gate with the export's settings, which `settings` fills (false for data
+// not written by export-firmware: then an error line through `write`, and false).
+inline bool ForgeAppApplyGate(const char* cmdline, ForgeAppConfig* config,
+                              bool (*settings)(ForgeControllerSettings*),
+                              void (*write)(const char*)) {
+  if (!ForgeAppHasArg(cmdline, "--gate")) return true;
+  if (!settings(&config->gate_settings)) {
+    write("error what=gate_settings (data not from export-firmware)\n");
+    return false;
+  }
+  config->gate = true;
+  return true;
+}
+
 #endif  // ESP32S3_APP_CORE_FORGE_APP_CMDLINE_H_

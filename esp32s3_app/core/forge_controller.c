@@ -44,6 +44,9 @@ bool forge_controller_init(ForgeController* c, const ForgeControllerSettings* se
   c->num_classes = num_classes;
   c->output_scale = output_scale;
   c->output_zero_point = output_zero_point;
+  // TFLite's int8 SOFTMAX always writes scale 1/256, zero point -128: such outputs are
+  // probabilities already (a softmax of them would flatten every image towards uniform).
+  c->probabilities = output_scale == 1.0f / 256.0f && output_zero_point == -128;
   c->probing = true;
   return true;
 }
@@ -64,10 +67,10 @@ static void softmax(const ForgeController* c, const int8_t* logits, double* p) {
     top = p[i] > top ? p[i] : top;
   }
   for (int i = 0; i < k; ++i) {
-    p[i] = exp(p[i] - top);
+    if (!c->probabilities) p[i] = exp(p[i] - top);
     total += p[i];
   }
-  for (int i = 0; i < k; ++i) p[i] /= total;
+  for (int i = 0; i < k; ++i) p[i] = total > 0.0 ? p[i] / total : 1.0 / k;
 }
 
 static double dot(const double* a, const double* b, int n) {

@@ -21,9 +21,11 @@
 //   FORGE_CONTROLLER_SETTINGS_FROM_DEFINES(config.gate_settings);
 //
 // A probe runs both paths over probe_images images and then adapts iff the
-// diversity gain H(mean p_adapted) - H(mean p_source) exceeds delta and the
-// source's predictions are not label-correlated (lag-1 autocorrelation of its
-// softmax vectors above max_autocorrelation; with concealed_veto, unless the
+// diversity gain H(mean p_adapted) - H(mean p_source) exceeds delta (p: the
+// softmax of the int8 outputs, or the outputs themselves where they carry the int8
+// SOFTMAX quantization, scale 1/256 and zero point -128) and the source's
+// predictions are not label-correlated (lag-1 autocorrelation of its
+// probability vectors above max_autocorrelation; with concealed_veto, unless the
 // adapting path's are too). From early_images probed images on, a score above
 // early_delta with autocorrelation <= early_max_autocorrelation decides "on"
 // early. Decisions fall at the end of a call (a batch). With period > 0 a new
@@ -73,7 +75,7 @@ typedef enum {
   FORGE_CONTROLLER_OFF_RESET,  // the caller resets FORGE to its clean targets
 } ForgeControllerEvent;
 
-// Running sums of one path's softmax vectors over a probe.
+// Running sums of one path's probability vectors over a probe.
 typedef struct {
   double sum[FORGE_CONTROLLER_MAX_CLASSES];
   double last[FORGE_CONTROLLER_MAX_CLASSES];
@@ -86,6 +88,7 @@ typedef struct {
   int num_classes;
   float output_scale;
   int32_t output_zero_point;
+  bool probabilities;  // The outputs are a softmax's (read as they are).
   bool probing;
   bool adapting;
   bool observing;

@@ -9,6 +9,7 @@
 //    --gate. Data without them: false, and --gate is refused.
 #include "forge_app.h"
 #include "forge_app_data.h"
+#include "forge_app_export.h"
 
 #ifdef FORGE_APP_ARENA_BYTES
 #define FORGE_ESP32S3_ARENA (FORGE_APP_ARENA_BYTES)
@@ -22,11 +23,5 @@ alignas(16) uint8_t g_esp32s3_arena[FORGE_ESP32S3_ARENA];
 extern const size_t g_esp32s3_arena_bytes = sizeof(g_esp32s3_arena);
 
 bool Esp32s3GateSettings(ForgeControllerSettings* settings) {
-#ifdef FORGE_APP_GATE_PROBE_IMAGES
-  FORGE_CONTROLLER_SETTINGS_FROM_DEFINES(*settings);
-  return true;
-#else
-  (void)settings;
-  return false;
-#endif
+  return ForgeAppExportGateSettings(settings);
 }

@@ -74,13 +74,7 @@ int main() {
   config.num_images = forge_app_num_images;
   config.trace = FORGE_APP_TRACE_FORGE;
   ForgeAppApplyArgs(cmdline, &config);
-  if (ForgeAppHasArg(cmdline, "--gate")) {
-    if (!Esp32s3GateSettings(&config.gate_settings)) {
-      esp32s3_write0("error what=gate_settings (data not from export-firmware)\n");
-      return 1;
-    }
-    config.gate = true;
-  }
+  if (!ForgeAppApplyGate(cmdline, &config, Esp32s3GateSettings, esp32s3_write0)) return 1;
   ForgeAppPlatform platform = {ClockInstructions, 1000000000ull, WriteLine, nullptr, nullptr};
   return ForgeAppRun(platform, config) == 0 ? 0 : 1;
 }

@@ -386,6 +386,42 @@ def test_export_firmware_runs_bit_exact_on_cortexm(libs, artifacts, tmp_path, bo
               f"--expected={gen}"]) == 0, text[-2000:]
 
 
+def test_export_firmware_gated_runs_bit_exact_on_cortexm(libs, artifacts, tmp_path):
+  """export-firmware --mode=gated -> the Cortex-M4F with --gate -> verify-device: every
+  image's path (source / adapt), logits, FORGE outputs and states and every gate
+  decision identical to the evaluator, which drives the same controller C code.
+  56 images, probe 16, period 40: two decisions."""
+  from forge_tflm import deploy
+  from forge_tflm.cli.main import main as cli
+  from forge_tflm.deploy.export import export_firmware
+  from forge_tflm.evaluation.gate import GateConfig
+
+  gen, images = tmp_path / "gen_gated", 56
+  with pytest.MonkeyPatch.context() as mp:
+    if "FORGE_TFLM_CACHE" not in os.environ:
+      mp.setenv("FORGE_TFLM_CACHE", str(tmp_path / "cache"))
+    export_firmware(artifacts["forge_all"], str(gen), data_dir=DATA_DIR, images=images,
+                    mode="gated", gate=GateConfig(probe_images=16, period=40))
+  text, _ = run_qemu("an386", build_elf("an386", str(gen)), "--trace=forge --gate")
+  run = deploy.parse_app_output(text)
+  assert run.ok and run.header["mode"] == "gated", text[-2000:]
+  assert len(run.paths) == images and len(run.gate_decisions) == 2, text[-2000:]
+  (tmp_path / "gated.log").write_text(text)
+  assert cli(["forge_tflm", "verify-device", str(tmp_path / "gated.log"),
+              f"--expected={gen}"]) == 0, text[-2000:]
+
+
+def test_gate_without_exported_settings_is_refused(libs, artifacts, stream):
+  """Data written without export-firmware's gate settings: --gate is one error line."""
+  from forge_tflm import deploy
+
+  path = artifacts["forge_all"]
+  x = deploy.model_input(path, stream.images[:1])
+  elf = build_elf("an386", gen_dir_for(path, x, "forge_all"))
+  r, text = run_console(lambda out: qemu_command("an386", elf, out, "--gate"), elf, 600)
+  assert r.returncode != 0 and "error what=gate_settings" in text, text[-2000:]
+
+
 # Soft-float and libm routines a float operation compiles to without an FPU (libgcc's
 # __aeabi_f*/__aeabi_d*, conversions, the GCC names) and sqrt.
 SOFT_FLOAT = re.compile(r"^(__aeabi_(f|d|u?[il]2[fd])|__\w*(sf|df)|sqrtf?$)")

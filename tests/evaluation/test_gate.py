@@ -357,3 +357,23 @@ def test_every_setting_reaches_the_device_and_the_host_app_once():
   assert {s.name for s in USER_SETTINGS} | {"keep_state", "concealed_veto"} == {
       s.name for s in SETTINGS}
   assert dataclasses.replace(config, period=None).period is None
+
+
+def test_softmax_outputs_are_read_as_probabilities():
+  """A model ending in int8 SOFTMAX (scale 1/256, zero point -128: MLPerf Tiny's
+  ResNet-8) hands the controller probabilities; softmaxing them again flattened every
+  image towards uniform and its gate never turned on (measured, issue 35)."""
+  k, n = 10, 8
+  collapsed = np.full((n, k), -128, np.int8)
+  collapsed[:, 0] = 127  # Every image: class 0 with p = 255/256.
+  balanced = np.full((n, k), -128, np.int8)
+  balanced[np.arange(n), np.arange(n) % k] = 127
+  c = gate.Controller(settings(GateConfig(probe_images=n), n, False), k, 1 / 256, -128)
+  c.probed(collapsed, balanced, n)
+  p = lambda q: (q.astype(np.float64) + 128) / 256  # noqa: E731
+
+  def h(q):
+    m = (p(q) / p(q).sum(1, keepdims=True)).mean(0)
+    return -(m[m > 0] * np.log(m[m > 0])).sum()
+  assert c.score == pytest.approx(h(balanced) - h(collapsed), rel=1e-9)
+  assert c.score > 1.5 and c.adapting
