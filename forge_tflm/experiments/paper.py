@@ -253,7 +253,7 @@ ROWS: tuple[PaperRow, ...] = (
                   _result(G, "fired", then=_fired), _GATE_CORRUPTIONS,
                   _result(G, "results", "forge-gated", "summary", "mean_recovery"),
                   _result(G, "results", "forge-gated", "summary", "hurt", then=len), _GATE_CORRUPTIONS),
-             G, "different rule: the paper's confidence gain over W batches; ours the diversity gain (docs/decisions/gate-confidence-signals.md); measured with the former Python rule"),
+             G, "different rule: the paper's confidence gain over W batches; ours the diversity gain (docs/decisions/gate-confidence-signals.md)"),
     PaperRow("tab:gate", "CIFAR-100-C: ungated / fires / gated", "+14.4 (1/15) / 5/15 / +5.9 (0/15)", None, "", "no CIFAR-100 data; the C controller also takes at most 64 classes"),
     PaperRow("tab:gate", "Tiny-ImageNet-C: ungated / fires / gated", "+11.0 (0/15) / 0/15 / +0.0 (0/15)", None, "", "no Tiny-ImageNet data; at most 64 classes"),
     PaperRow("tab:energy", "inference / inference + adapt / overhead (mJ)", "121.7 / 130.0 / 8.3", None, "", "needs an ESP32-S3 board and a PPK2 (none here); verify-device --ppk2 prints this table"),
