@@ -126,6 +126,12 @@ def main(argv=None) -> int:
         f"int8 source (FORGE frozen) {log['source_accuracy']:.4f}; "
         f"{sum(b['seconds'] for b in blocks):.0f} s, "
         f"{sum(b['seconds'] for b in blocks) / done * 1e3:.2f} ms/image")
+  if np.issubdtype(model.get_state()[0].dtype, np.integer):
+    from forge_tflm.ops.reference import MU_MAX, VAR_MAX
+    mu, var = max(b["max_abs_mu"] for b in blocks), max(b["max_var"] for b in blocks)
+    summary += (f"\ninteger state (--arithmetic=int; mu in Q16 input steps, |mu| <= 2^30; var"
+                f" in Q12 steps^2, at most 2^30 - 1): max |mu| {mu / MU_MAX:.2%} of its"
+                f" limit, max var {var / VAR_MAX:.2%} of its limit")
   emit(f"# {log['date']}: {log['command']}\n{summary}\n", args.output)
   if args.output:
     with open(os.path.splitext(args.output)[0] + ".json", "w") as f:
