@@ -64,6 +64,23 @@ def test_op_indices_count_earlier_insertions_and_the_model_runs():
   assert y.min() >= inserted[1].output_quant[1]  # ReLU, now inside FORGE.
 
 
+def test_without_a_new_grid_the_conv_keeps_its_activation_and_output():
+  """preact -> None (targets measured on the conv's own output): the conv keeps its
+  fused activation and T's quantization, and FORGE re-applies the activation."""
+  model, w = handmade.two_convs(activations=("relu6", "none"))
+  sg = model.subgraphs[0]
+  t0 = sg.operators[0].outputs[0]
+  t0_quant = tg.per_tensor_quant(sg.tensors[t0])
+  (rec,) = insert_recalib(model, [handmade.site_for(w[0], "bn0", "relu6")], {"bn0": 0},
+                          _options, lambda s: None)
+  conv, forge = sg.operators[0], sg.operators[1]
+  assert fused_activation(conv) == "relu6"
+  assert tg.per_tensor_quant(sg.tensors[conv.outputs[0]]) == t0_quant
+  assert forge.outputs == [t0] and rec.options.activation == "relu6"
+  assert (rec.input_quant, rec.output_quant, rec.saturated_fraction) == \
+      (t0_quant, t0_quant, 0.0)
+
+
 def test_channel_mismatch_is_a_conversion_error():
   from forge_tflm.converter.sites import ConversionError
   model, w = handmade.two_convs(channels=(4, 3))
