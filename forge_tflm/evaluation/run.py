@@ -57,7 +57,7 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
   if output_dir:
     fingerprint = {"artifact_sha256": meta.get("artifact", {}).get("sha256"),
                    "float_model_sha256": meta.get("float_model", {}).get("sha256"),
-                   "config": _config_json(config, balanced), "data": data_description,
+                   "config": config_json(config, balanced), "data": data_description,
                    "streams": [{"name": s.name, "images": int(len(s.labels)),
                                 "sha256": resume_store.stream_digest(s),
                                 "order": s.spec} for s in streams]}
@@ -66,7 +66,7 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
   if needs_float:
     float_model = _load_keras(keras_path)
   contract = artifact.input_contract if artifact else InputContract()
-  meta["config"] = _config_json(config, balanced)
+  meta["config"] = config_json(config, balanced)
   if store is not None:
     done = store.start(resume)
   todo = [s for s in streams if s.name not in done]
@@ -213,7 +213,8 @@ def _load_keras(path: str):
                      f" {first[:200]})") from e
 
 
-def _config_json(config: EvalConfig, class_balanced: bool) -> dict:
+def config_json(config: EvalConfig, class_balanced: bool) -> dict:
+  """The configuration as results.json records it, the gate's derived settings included."""
   d = dataclasses.asdict(config)
   d["methods"] = list(config.methods)
   # The gate's settings as used (derived from the batch size and the model).

@@ -59,3 +59,24 @@ def test_grouped_bars_skip_missing_values(tmp_path):
   common.grouped_bars(path, {"a": {"x": 1.0, "y": None}, "b": {"x": -2.0, "y": 0.5}},
                       "points", "title")
   assert open(path, "rb").read(4) == b"\x89PNG"
+
+
+def test_cached_evaluate_runs_once_then_loads(tmp_path):
+  """The key holds the gate's derived settings (they depend on the artifact): the call
+  raised a TypeError since the settings became derived (commit 7271cb5), so `experiment
+  baselines` and `per-corruption` failed before evaluating anything."""
+  import numpy as np
+
+  from forge_tflm.evaluation.protocol import EvalConfig, Stream
+  from tests.converter import tiny_models
+
+  _, result = tiny_models.convert_tiny(tmp_path)
+  artifact = str(tmp_path / "tiny.tflite")
+  images = tiny_models.random_images(16, seed=5)
+  streams = [Stream("clean", images, np.arange(16) % 10)]
+  ctx = common.ExperimentContext(data_dir=None, artifact_dir=str(tmp_path / "cache"),
+                                 progress=False)
+  config = EvalConfig(methods=("source", "forge", "forge-gated"), batch_size=8)
+  first = common.cached_evaluate(ctx, config, streams, artifact)
+  assert len(os.listdir(tmp_path / "cache")) == 1
+  assert common.cached_evaluate(ctx, config, streams, artifact) == first
