@@ -62,7 +62,9 @@ def test_a_changed_result_file_changes_the_row(tmp_path):
   assert n == 1
   memory.write_text(text)
   lines = report.build_report(str(tmp_path / "results")).splitlines()
-  assert "| 99.9 / +12.3 (0.14) |" in line(lines, "FORGE: accuracy / recovery (std, 5 orderings)")
+  forge = doc["results"]["summary"]["forge"]  # Only the accuracy was edited.
+  assert (f"| 99.9 / {forge['mean_recovery']:+.1f} ({forge['mean_recovery_std']:.2f}) |"
+          in line(lines, "FORGE: accuracy / recovery (std, 5 orderings)"))
   assert "| 1,234 B / 896 B |" in line(lines, "running mean + var (SRAM), 21 sites / top-3")
   # Files not copied read as missing, naming the file, instead of failing the report.
   assert "| missing (results/per-corruption/result.json) |" in line(lines, "mean: source / BN-adapt / TENT / FORGE")
