@@ -49,6 +49,7 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
     meta["float_model"] = {"path": keras_path, "sha256": file_sha256(keras_path)}
   balanced = bool(artifact is not None and artifact.manifest is not None
                   and artifact.manifest.class_balanced)
+  meta["config"] = _config_json(config, balanced)
   names = [s.name for s in streams]
   if len(set(names)) != len(names):
     raise ValueError(f"stream names repeat: {names}")
@@ -57,7 +58,7 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
   if output_dir:
     fingerprint = {"artifact_sha256": meta.get("artifact", {}).get("sha256"),
                    "float_model_sha256": meta.get("float_model", {}).get("sha256"),
-                   "config": config_json(config, balanced), "data": data_description,
+                   "config": meta["config"], "data": data_description,
                    "streams": [{"name": s.name, "images": int(len(s.labels)),
                                 "sha256": resume_store.stream_digest(s),
                                 "order": s.spec} for s in streams]}
@@ -66,7 +67,6 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
   if needs_float:
     float_model = _load_keras(keras_path)
   contract = artifact.input_contract if artifact else InputContract()
-  meta["config"] = config_json(config, balanced)
   if store is not None:
     done = store.start(resume)
   todo = [s for s in streams if s.name not in done]
@@ -213,7 +213,7 @@ def _load_keras(path: str):
                      f" {first[:200]})") from e
 
 
-def config_json(config: EvalConfig, class_balanced: bool) -> dict:
+def _config_json(config: EvalConfig, class_balanced: bool) -> dict:
   """The configuration as results.json records it, the gate's derived settings included."""
   d = dataclasses.asdict(config)
   d["methods"] = list(config.methods)

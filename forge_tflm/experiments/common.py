@@ -233,16 +233,13 @@ def cached_evaluate(ctx: ExperimentContext, config, streams, artifact: str,
   """evaluate(), its document kept in ctx.artifact_dir under a key of everything that
   determines it (artifact and float model bytes, config, streams' images and orders),
   so experiments reporting different views of one evaluation run it once."""
-  from forge_tflm.artifact import Artifact  # pylint: disable=import-outside-toplevel
   from forge_tflm.evaluation import resume  # pylint: disable=import-outside-toplevel
-  from forge_tflm.evaluation.run import config_json  # pylint: disable=import-outside-toplevel
   from forge_tflm.fileio import atomic_path  # pylint: disable=import-outside-toplevel
 
-  manifest = Artifact.load(artifact).manifest
-  balanced = bool(manifest is not None and manifest.class_balanced)
+  # The gate's derived settings follow from the config and the artifact, both keyed.
   key = hashlib.sha256(json.dumps(
       [_sha256(artifact), _sha256(keras_model) if keras_model else None,
-       config_json(config, balanced),
+       dataclasses.asdict(config),
        [(s.name, resume.stream_digest(s), s.spec) for s in streams]],
       sort_keys=True, default=str).encode()).hexdigest()[:16]
   path = os.path.join(ctx.artifact_dir, f"eval-{key}.json")
