@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "forge_app.h"
+#include "forge_app_export.h"
 
 // Decimal of v into buf (at least 21 bytes); returns buf.
 inline const char* ForgeAppDecimal(uint64_t v, char* buf) {
@@ -63,13 +64,12 @@ inline void ForgeAppApplyArgs(const char* cmdline, ForgeAppConfig* config) {
   }
 }
 
-// --gate: the gate with the export's settings, which `settings` fills (false for data
-// not written by export-firmware: then an error line through `write`, and false).
+// --gate: the gate with the export's settings (forge_app_export.cc; for data not
+// written by export-firmware an error line through `write`, and false).
 inline bool ForgeAppApplyGate(const char* cmdline, ForgeAppConfig* config,
-                              bool (*settings)(ForgeControllerSettings*),
                               void (*write)(const char*)) {
   if (!ForgeAppHasArg(cmdline, "--gate")) return true;
-  if (!settings(&config->gate_settings)) {
+  if (!ForgeAppExportGateSettings(&config->gate_settings)) {
     write("error what=gate_settings (data not from export-firmware)\n");
     return false;
   }

@@ -14,7 +14,7 @@
 //
 // Arguments (semihosting command line, e.g. qemu's -append):
 //   --trace=none|forge|all  (default forge)   --frozen   --images=N
-//   --gate  (the gate with the export's settings, cortexm_export.cc)
+//   --gate  (the gate with the export's settings, core/forge_app_export.cc)
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,8 +36,6 @@ const char* cortexm_cmdline(char* buf, int size);
 void cortexm_systick_start(void);
 uint64_t cortexm_systick_ticks(void);
 }
-// cortexm_export.cc (per GEN_DIR): the gate's settings.
-bool CortexmGateSettings(ForgeControllerSettings* settings);
 
 #ifndef FORGE_CORTEXM_BOARD
 #define FORGE_CORTEXM_BOARD "unknown"
@@ -84,7 +82,7 @@ int main() {
   config.num_images = forge_app_num_images;
   config.trace = FORGE_APP_TRACE_FORGE;
   ForgeAppApplyArgs(cmdline, &config);
-  if (!ForgeAppApplyGate(cmdline, &config, CortexmGateSettings, cortexm_write0)) return 1;
+  if (!ForgeAppApplyGate(cmdline, &config, cortexm_write0)) return 1;
   ForgeAppPlatform platform = {ClockInstructions, 1000000000ull, WriteLine, nullptr, nullptr};
   return ForgeAppRun(platform, config) == 0 ? 0 : 1;
 }

@@ -13,7 +13,7 @@
 //
 // Arguments (QEMU's -append, read through Xtensa semihosting, -semihosting):
 //   --trace=none|forge|all  (default forge)   --frozen   --images=N
-//   --gate  (the gate with the export's settings, esp32s3_export.cc)
+//   --gate  (the gate with the export's settings, core/forge_app_export.cc)
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,8 +32,6 @@ void esp32s3_write0(const char* s);
 const char* esp32s3_cmdline(char* buf, int size);
 uint64_t esp32s3_ccount64(void);
 }
-// esp32s3_export.cc (per GEN_DIR): the gate's settings and the arena.
-bool Esp32s3GateSettings(ForgeControllerSettings* settings);
 extern uint8_t g_esp32s3_arena[];
 extern const size_t g_esp32s3_arena_bytes;
 
@@ -74,7 +72,7 @@ int main() {
   config.num_images = forge_app_num_images;
   config.trace = FORGE_APP_TRACE_FORGE;
   ForgeAppApplyArgs(cmdline, &config);
-  if (!ForgeAppApplyGate(cmdline, &config, Esp32s3GateSettings, esp32s3_write0)) return 1;
+  if (!ForgeAppApplyGate(cmdline, &config, esp32s3_write0)) return 1;
   ForgeAppPlatform platform = {ClockInstructions, 1000000000ull, WriteLine, nullptr, nullptr};
   return ForgeAppRun(platform, config) == 0 ? 0 : 1;
 }
