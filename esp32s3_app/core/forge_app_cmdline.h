@@ -64,7 +64,7 @@ inline void ForgeAppApplyArgs(const char* cmdline, ForgeAppConfig* config) {
   }
 }
 
-// --gate: the gate with the export's settings (forge_app_export.cc; for data not
+// --gate: the gate with the export's settings (export/forge_app_export.cc; for data not
 // written by export-firmware an error line through `write`, and false).
 inline bool ForgeAppApplyGate(const char* cmdline, ForgeAppConfig* config,
                               void (*write)(const char*)) {

@@ -1,4 +1,4 @@
-// What export-firmware decided for one model (forge_app_export.cc, compiled per
+// What export-firmware decided for one model (export/forge_app_export.cc, compiled per
 // export beside the data object by the bare-metal targets).
 #ifndef ESP32S3_APP_CORE_FORGE_APP_EXPORT_H_
 #define ESP32S3_APP_CORE_FORGE_APP_EXPORT_H_

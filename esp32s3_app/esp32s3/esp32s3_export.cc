@@ -4,7 +4,7 @@
 // when the header has one, else the Makefile's ARENA_BYTES (FORGE_ESP32S3_ARENA_BYTES;
 // data written by forge_tflm.deploy.write_c_arrays alone). The linker script's
 // ASSERT stops a link whose arena does not fit the chip's SRAM. (The gate's
-// settings: core/forge_app_export.cc.)
+// settings: core/export/forge_app_export.cc.)
 #include "forge_app.h"
 #include "forge_app_data.h"
 

@@ -13,7 +13,7 @@
 //
 // Arguments (QEMU's -append, read through Xtensa semihosting, -semihosting):
 //   --trace=none|forge|all  (default forge)   --frozen   --images=N
-//   --gate  (the gate with the export's settings, core/forge_app_export.cc)
+//   --gate  (the gate with the export's settings, core/export/forge_app_export.cc)
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
