@@ -4,7 +4,7 @@
     select (select.py) -> calibration inputs (calibration.py) -> float and int8
     conversion (quantize.py) -> parity gate (parity.py) -> match convs (match.py) ->
     pre-activation ranges (calibration.py) -> insert FORGE_RECALIB (insert.py) ->
-    class offsets (class_offsets.py, with class_images) -> model checks
+    label-safe sites (label_safety.py) -> class offsets (class_offsets.py, with class_images) -> model checks
     (forge_tflm.model_check) -> outputs (outputs.py)
 
 Each pass reads and fills a few fields of `_Context` and calls one module, which is
@@ -26,7 +26,8 @@ from forge_tflm.artifact import Manifest, manifest_path
 from forge_tflm.fileio import file_sha256, write_atomically
 from forge_tflm.quiet import native_output_hidden
 from forge_tflm.converter import calibration as calib
-from forge_tflm.converter import class_offsets, insert, match, outputs, parity, static_shapes
+from forge_tflm.converter import (class_offsets, insert, label_safety, match, outputs,
+                                  parity, static_shapes)
 from forge_tflm.converter.frontend_keras import KerasFrontend
 from forge_tflm.converter.frontend_onnx import OnnxFrontend
 from forge_tflm.converter.frontend_tflite import TfliteFrontend
@@ -177,6 +178,15 @@ def _insert(ctx: _Context) -> None:
   ctx.tflite = tg.save_model(ctx.model_t)
 
 
+def _label_safety(ctx: _Context) -> None:
+  if not ctx.inserted:
+    return
+  ctx.inserted = label_safety.mark(ctx.model_t, ctx.inserted)
+  ctx.tflite = tg.save_model(ctx.model_t)
+  logging.info("label-safe sites (adapt under label correlation): %s",
+               ", ".join(s.site.name for s in ctx.inserted if s.options.label_safe))
+
+
 def _class_offsets(ctx: _Context) -> None:
   n = ctx.options.class_images
   if not n or not ctx.inserted:
@@ -254,10 +264,10 @@ def _source_parity(ctx: _Context) -> None:
 
 # From a float model (Keras, ONNX): BN targets recorded at fold time.
 PASSES = (_load, _find_sites, _select, _calibration_inputs, _quantize, _parity, _match,
-          _preact_ranges, _insert, _class_offsets, _validate)
+          _preact_ranges, _insert, _label_safety, _class_offsets, _validate)
 # From a full-int8 .tflite: targets measured on the calibration images.
 TFLITE_PASSES = (_load, _find_sites, _select, _calibration_inputs, _read_int8,
-                 _measure_targets, _insert, _source_parity,
+                 _measure_targets, _insert, _label_safety, _source_parity,
                  _class_offsets, _validate)
 
 

@@ -647,7 +647,8 @@ TfLiteStatus RunProbe(Session* s, ForgeControllerEvent* event) {
   if (status != kTfLiteOk) return status;
   memcpy(s->source_logits, s->output->data.int8, s->num_classes);
   memcpy(s->input->data.int8, s->probe_input, s->input_bytes);
-  s->mode->Set(FORGE_RECALIB_MODE_ADAPT);
+  s->mode->Set(forge_controller_correlated(&s->gate) ? FORGE_RECALIB_MODE_ADAPT_SAFE
+                                                     : FORGE_RECALIB_MODE_ADAPT);
   status = s->interpreter->Invoke();
   if (status != kTfLiteOk) return status;
   s->mode->CommitPrediction(s->output->data.int8, s->num_classes);
@@ -665,20 +666,23 @@ TfLiteStatus RunGated(Session* s, const char** path, ForgeControllerEvent* event
     *path = forge_controller_adapting(&s->gate) ? "adapt" : "source";
     return RunProbe(s, event);
   }
+  // Indexed by ForgeControllerStep (PROBE is handled above).
   static const int32_t kModes[] = {FORGE_RECALIB_MODE_ADAPT, FORGE_RECALIB_MODE_ADAPT,
-                                   FORGE_RECALIB_MODE_SOURCE, FORGE_RECALIB_MODE_SOURCE,
-                                   FORGE_RECALIB_MODE_FROZEN};
-  static const char* const kPaths[] = {"adapt", "adapt", "source", "source", "frozen"};
+                                   FORGE_RECALIB_MODE_ADAPT_SAFE, FORGE_RECALIB_MODE_SOURCE,
+                                   FORGE_RECALIB_MODE_SOURCE, FORGE_RECALIB_MODE_FROZEN};
+  static const char* const kPaths[] = {"adapt", "adapt", "adapt", "source", "source",
+                                       "frozen"};
   s->mode->Set(kModes[step]);
   *path = kPaths[step];
   const TfLiteStatus status = s->interpreter->Invoke();
-  if (status == kTfLiteOk && step == FORGE_CONTROLLER_ADAPT) {
+  if (status == kTfLiteOk &&
+      (step == FORGE_CONTROLLER_ADAPT || step == FORGE_CONTROLLER_ADAPT_SAFE)) {
     s->mode->CommitPrediction(s->output->data.int8, s->num_classes);
   } else if (status == kTfLiteOk && step == FORGE_CONTROLLER_OBSERVE) {
     // The guard's detector keeps reading the stream while nothing adapts.
     s->mode->ObservePrediction(s->output->data.int8, s->num_classes);
   }
-  forge_controller_skipped(&s->gate, 1);
+  if (status == kTfLiteOk) forge_controller_ran(&s->gate, s->output->data.int8, 1);
   return status;
 }
 
@@ -731,12 +735,13 @@ void PrintImage(const Session& s, size_t n, uint64_t ticks, const char* path) {
 void PrintDecision(const Session& s, size_t n, ForgeControllerEvent event) {
   Line line;
   // Integers (micro-units): newlib-nano's printf has no %f.
-  line.Add("gate image=%lu decision=%s score_e6=%ld autocorrelation_e6=%ld"
-           " autocorrelation_adapted_e6=%ld",
+  line.Add("gate image=%lu decision=%s score_e6=%ld correlated=%d agreement_e6=%ld"
+           " chance_e6=%ld",
            static_cast<unsigned long>(n), event == FORGE_CONTROLLER_ON ? "on" : "off",
            lround(forge_controller_score(&s.gate) * 1e6),
-           lround(forge_controller_autocorrelation(&s.gate, false) * 1e6),
-           lround(forge_controller_autocorrelation(&s.gate, true) * 1e6));
+           forge_controller_correlated(&s.gate) ? 1 : 0,
+           lround(forge_controller_agreement(&s.gate) * 1e6),
+           lround(forge_controller_chance(&s.gate) * 1e6));
   line.Emit();
 }
 

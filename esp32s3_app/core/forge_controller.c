@@ -7,10 +7,6 @@
 #include <stddef.h>
 #include <string.h>
 
-// Below it a probe's predictions barely vary (a collapsed source): its
-// autocorrelation carries no evidence and counts as 0.
-#define FORGE_CONTROLLER_MIN_SPREAD 1e-3
-
 void forge_controller_default_settings(ForgeControllerSettings* s) {
 #define FORGE_CONTROLLER_DEFAULT(type, name, macro, value, help) s->name = value;
   FORGE_CONTROLLER_SETTINGS(FORGE_CONTROLLER_DEFAULT)
@@ -20,17 +16,22 @@ void forge_controller_default_settings(ForgeControllerSettings* s) {
 const char* forge_controller_check(const ForgeControllerSettings* s) {
   if (s->probe_images < 1) return "probe_images";
   if (!isfinite(s->delta)) return "delta";
-  if (!isfinite(s->max_autocorrelation)) return "max_autocorrelation";
   if (!(s->inert_score >= 0.0) || !isfinite(s->inert_score)) return "inert_score";
   if (!isfinite(s->early_delta) || s->early_delta < s->delta) return "early_delta";
-  if (!isfinite(s->early_max_autocorrelation)) return "early_max_autocorrelation";
   return NULL;
 }
 
 static void clear_probe(ForgeController* c) {
-  memset(&c->source, 0, sizeof(c->source));
-  memset(&c->adapted, 0, sizeof(c->adapted));
+  memset(c->sum_source, 0, sizeof(c->sum_source));
+  memset(c->sum_adapted, 0, sizeof(c->sum_adapted));
   c->probed = 0;
+}
+
+static void reset_labels(ForgeController* c) {
+  const int k = c->num_classes;
+  for (int i = 0; i < k; ++i) c->labels.histogram[i] = 1.0 / k;
+  c->labels.agreement = 1.0 / k;
+  c->labels.previous = -1;
 }
 
 bool forge_controller_init(ForgeController* c, const ForgeControllerSettings* settings,
@@ -48,14 +49,50 @@ bool forge_controller_init(ForgeController* c, const ForgeControllerSettings* se
   // probabilities already (a softmax of them would flatten every image towards uniform).
   c->probabilities = output_scale == 1.0f / 256.0f && output_zero_point == -128;
   c->probing = true;
+  reset_labels(c);
   return true;
 }
 
 ForgeControllerStep forge_controller_next(const ForgeController* c) {
   if (c->probing) return FORGE_CONTROLLER_PROBE;
-  if (c->adapting) return FORGE_CONTROLLER_ADAPT;
+  if (c->adapting) {
+    return forge_controller_correlated(c) ? FORGE_CONTROLLER_ADAPT_SAFE
+                                          : FORGE_CONTROLLER_ADAPT;
+  }
   if (!c->settings.keep_state) return FORGE_CONTROLLER_FROZEN;
   return c->observing ? FORGE_CONTROLLER_OBSERVE : FORGE_CONTROLLER_SOURCE;
+}
+
+// One image's predicted class (the first maximum, as numpy's argmax) into the
+// detector.
+static void add_label(ForgeController* c, const int8_t* logits) {
+  const int k = c->num_classes;
+  ForgeControllerLabels* d = &c->labels;
+  if (c->settings.label_window == 0) return;
+  const double rate = 1.0 / c->settings.label_window;
+  const double span = (double)c->settings.label_window / FORGE_CONTROLLER_AGREEMENT_SPAN;
+  const double agree_rate = span > 1.0 ? 1.0 / span : 1.0;
+  int best = 0;
+  for (int i = 1; i < k; ++i) best = logits[i] > logits[best] ? i : best;
+  for (int i = 0; i < k; ++i) d->histogram[i] *= 1.0 - rate;
+  d->histogram[best] += rate;
+  if (d->previous >= 0) {
+    d->agreement += agree_rate * ((best == d->previous ? 1.0 : 0.0) - d->agreement);
+  }
+  d->previous = best;
+}
+
+double forge_controller_agreement(const ForgeController* c) { return c->labels.agreement; }
+
+double forge_controller_chance(const ForgeController* c) {
+  double e = 0.0;
+  for (int i = 0; i < c->num_classes; ++i) e += c->labels.histogram[i] * c->labels.histogram[i];
+  return e;
+}
+
+bool forge_controller_correlated(const ForgeController* c) {
+  return c->settings.label_window > 0 &&
+         forge_controller_agreement(c) > FORGE_CONTROLLER_CORRELATED * forge_controller_chance(c);
 }
 
 static void softmax(const ForgeController* c, const int8_t* logits, double* p) {
@@ -73,22 +110,11 @@ static void softmax(const ForgeController* c, const int8_t* logits, double* p) {
   for (int i = 0; i < k; ++i) p[i] = total > 0.0 ? p[i] / total : 1.0 / k;
 }
 
-static double dot(const double* a, const double* b, int n) {
-  double s = 0.0;
-  for (int i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
-// One image of one path: its softmax vector into the probe's sums.
-static void add_image(const ForgeController* c, ForgeControllerPath* path,
-                      const int8_t* logits) {
-  const int k = c->num_classes;
+// One image of one path: its probability vector into the probe's sum.
+static void add_image(const ForgeController* c, double* sum, const int8_t* logits) {
   double p[FORGE_CONTROLLER_MAX_CLASSES];
   softmax(c, logits, p);
-  if (c->probed > 0) path->lag_dot += dot(path->last, p, k);
-  path->squares += dot(p, p, k);
-  for (int i = 0; i < k; ++i) path->sum[i] += p[i];
-  memcpy(path->last, p, sizeof(double) * (size_t)k);
+  for (int i = 0; i < c->num_classes; ++i) sum[i] += p[i];
 }
 
 static double entropy_of_mean(const double* sum, uint32_t n, int k) {
@@ -102,31 +128,12 @@ static double entropy_of_mean(const double* sum, uint32_t n, int k) {
 
 double forge_controller_score(const ForgeController* c) {
   if (c->probed == 0) return c->score;
-  return entropy_of_mean(c->adapted.sum, c->probed, c->num_classes) -
-         entropy_of_mean(c->source.sum, c->probed, c->num_classes);
-}
-
-// (mean <p_t, p_t-1> - |p_bar|^2) / (mean |p_t|^2 - |p_bar|^2): 0 for i.i.d.
-// labels, near 1 when neighbours share a class.
-static double path_autocorrelation(const ForgeController* c, const ForgeControllerPath* p) {
-  if (c->probed < 2) return 0.0;
-  double mean[FORGE_CONTROLLER_MAX_CLASSES];
-  for (int i = 0; i < c->num_classes; ++i) mean[i] = p->sum[i] / c->probed;
-  const double base = dot(mean, mean, c->num_classes);
-  const double spread = p->squares / c->probed - base;
-  if (spread < FORGE_CONTROLLER_MIN_SPREAD) return 0.0;
-  return (p->lag_dot / (c->probed - 1) - base) / spread;
-}
-
-double forge_controller_autocorrelation(const ForgeController* c, bool adapted) {
-  if (c->probed == 0) return adapted ? c->autocorrelation_adapted : c->autocorrelation;
-  return path_autocorrelation(c, adapted ? &c->adapted : &c->source);
+  return entropy_of_mean(c->sum_adapted, c->probed, c->num_classes) -
+         entropy_of_mean(c->sum_source, c->probed, c->num_classes);
 }
 
 static ForgeControllerEvent decide(ForgeController* c, bool on) {
   c->score = forge_controller_score(c);
-  c->autocorrelation = forge_controller_autocorrelation(c, false);
-  c->autocorrelation_adapted = forge_controller_autocorrelation(c, true);
   c->adapting = on;
   c->observing = !on && c->settings.keep_state && fabs(c->score) < c->settings.inert_score;
   c->probing = false;
@@ -144,16 +151,8 @@ static ForgeControllerEvent maybe_decide(ForgeController* c) {
     return FORGE_CONTROLLER_NONE;
   }
   const double score = forge_controller_score(c);
-  const double rho = forge_controller_autocorrelation(c, false);
-  if (last) {
-    const bool vetoed = rho > s->max_autocorrelation &&
-                        !(s->concealed_veto &&
-                          forge_controller_autocorrelation(c, true) > s->max_autocorrelation);
-    return decide(c, !vetoed && score > s->delta);
-  }
-  if (rho <= s->early_max_autocorrelation && score > s->early_delta) {
-    return decide(c, true);
-  }
+  if (last) return decide(c, score > s->delta);
+  if (score > s->early_delta) return decide(c, true);
   return FORGE_CONTROLLER_NONE;
 }
 
@@ -171,8 +170,9 @@ ForgeControllerEvent forge_controller_probed(ForgeController* c, const int8_t* s
   if (!c->probing || n == 0) return FORGE_CONTROLLER_NONE;
   const int k = c->num_classes;
   for (uint32_t i = 0; i < n; ++i) {
-    add_image(c, &c->source, source + (size_t)i * k);
-    add_image(c, &c->adapted, adapted + (size_t)i * k);
+    add_image(c, c->sum_source, source + (size_t)i * k);
+    add_image(c, c->sum_adapted, adapted + (size_t)i * k);
+    add_label(c, source + (size_t)i * k);  // the path adaptation leaves alone
     ++c->probed;
   }
   const ForgeControllerEvent event = maybe_decide(c);
@@ -180,6 +180,8 @@ ForgeControllerEvent forge_controller_probed(ForgeController* c, const int8_t* s
   return event;
 }
 
-void forge_controller_skipped(ForgeController* c, uint32_t n) {
-  if (!c->probing) advance(c, n);
+void forge_controller_ran(ForgeController* c, const int8_t* outputs, uint32_t n) {
+  if (c->probing || n == 0) return;
+  for (uint32_t i = 0; i < n; ++i) add_label(c, outputs + (size_t)i * c->num_classes);
+  advance(c, n);
 }

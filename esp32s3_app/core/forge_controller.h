@@ -5,16 +5,19 @@
 //   ForgeController c;  forge_controller_init(&c, &settings, classes, scale, zp);
 //   for each batch of n images (n = 1 on a device):
 //     switch (forge_controller_next(&c)) {
-//       case FORGE_CONTROLLER_PROBE:   run SOURCE -> src and ADAPT -> adp;
+//       case FORGE_CONTROLLER_PROBE:   run SOURCE -> src and, as
+//         forge_controller_correlated(&c) says, ADAPT_SAFE or ADAPT -> adp;
 //         predict with forge_controller_adapting(&c) ? adp : src;
 //         event = forge_controller_probed(&c, src, adp, n);
 //         if (event == FORGE_CONTROLLER_OFF_RESET) reset FORGE to its targets;
 //       case FORGE_CONTROLLER_ADAPT:   run ADAPT (commit its labels);
+//       case FORGE_CONTROLLER_ADAPT_SAFE: run ADAPT_SAFE (the label-safe ops
+//                                      adapt, the others run source mode);
 //       case FORGE_CONTROLLER_SOURCE:  run SOURCE (state kept, nothing adapts);
 //       case FORGE_CONTROLLER_OBSERVE: run SOURCE, hand its output to the
 //                                      guard's detector (op SPEC "Observe");
 //       case FORGE_CONTROLLER_FROZEN:  run FROZEN;
-//     }  then, outside a probe: forge_controller_skipped(&c, n);
+//     }  then, outside a probe: forge_controller_ran(&c, output, n);
 //
 // Settings from the FORGE_APP_GATE_<MACRO> defines export-firmware writes into
 // forge_app_data.h, so a firmware runs the gate that was evaluated:
@@ -23,14 +26,19 @@
 // A probe runs both paths over probe_images images and then adapts iff the
 // diversity gain H(mean p_adapted) - H(mean p_source) exceeds delta (p: the
 // softmax of the int8 outputs, or the outputs themselves where they carry the int8
-// SOFTMAX quantization, scale 1/256 and zero point -128) and the source's
-// predictions are not label-correlated (lag-1 autocorrelation of its
-// probability vectors above max_autocorrelation; with concealed_veto, unless the
-// adapting path's are too). From early_images probed images on, a score above
-// early_delta with autocorrelation <= early_max_autocorrelation decides "on"
-// early. Decisions fall at the end of a call (a batch). With period > 0 a new
-// probe starts period images after the last one started. Memory:
-// sizeof(ForgeController), 4 doubles per class of FORGE_CONTROLLER_MAX_CLASSES.
+// SOFTMAX quantization, scale 1/256 and zero point -128). From early_images probed
+// images on, a score above early_delta decides "on" early. Decisions fall at the end of a call (a batch).
+// With period > 0 a new probe starts period images after the last one started.
+//
+// One label-correlation detector per model reads every image's predicted class
+// (the source's during a probe, else the output the image was given): the rate at
+// which consecutive predictions agree (over about label_window / 32 images) against
+// the rate a class histogram over about label_window images predicts. A fixed
+// camera on one object agrees far more often than its histogram predicts. While it
+// flags, adapting runs in the op's ADAPT_SAFE mode: only the ops the converter found
+// label-safe adapt (op SPEC "Modes"), the others keep the clean targets.
+// Memory: sizeof(ForgeController), 3 doubles per class of
+// FORGE_CONTROLLER_MAX_CLASSES.
 #ifndef ESP32S3_APP_CORE_FORGE_CONTROLLER_H_
 #define ESP32S3_APP_CORE_FORGE_CONTROLLER_H_
 
@@ -47,6 +55,12 @@ extern "C" {
 #define FORGE_CONTROLLER_MAX_CLASSES 64
 #endif
 
+// The detector flags while consecutive predictions agree this many times more often
+// than its histogram predicts; agreement is averaged over label_window / this many
+// images (the op's guard's constants, SPEC "Guard": field_protocols_guard*.md).
+#define FORGE_CONTROLLER_CORRELATED 1.75
+#define FORGE_CONTROLLER_AGREEMENT_SPAN 32
+
 typedef uint32_t forge_controller_u32;
 typedef double forge_controller_f64;
 typedef bool forge_controller_bool;
@@ -62,6 +76,7 @@ typedef struct {
 typedef enum {
   FORGE_CONTROLLER_PROBE = 0,
   FORGE_CONTROLLER_ADAPT,
+  FORGE_CONTROLLER_ADAPT_SAFE,
   FORGE_CONTROLLER_SOURCE,
   FORGE_CONTROLLER_OBSERVE,
   FORGE_CONTROLLER_FROZEN,
@@ -75,13 +90,12 @@ typedef enum {
   FORGE_CONTROLLER_OFF_RESET,  // the caller resets FORGE to its clean targets
 } ForgeControllerEvent;
 
-// Running sums of one path's probability vectors over a probe.
+// The label-correlation detector (forge_controller.h).
 typedef struct {
-  double sum[FORGE_CONTROLLER_MAX_CLASSES];
-  double last[FORGE_CONTROLLER_MAX_CLASSES];
-  double squares;
-  double lag_dot;
-} ForgeControllerPath;
+  double histogram[FORGE_CONTROLLER_MAX_CLASSES];  // sums to 1, starts uniform
+  double agreement;  // the rate consecutive predictions agree, starts at 1/K
+  int32_t previous;  // the last image's class, -1 before the first
+} ForgeControllerLabels;
 
 typedef struct {
   ForgeControllerSettings settings;
@@ -95,8 +109,10 @@ typedef struct {
   uint32_t decisions;
   uint32_t probed;
   uint32_t since_probe;
-  ForgeControllerPath source, adapted;
-  double score, autocorrelation, autocorrelation_adapted;  // of the last decision
+  double sum_source[FORGE_CONTROLLER_MAX_CLASSES];  // the probe's probabilities
+  double sum_adapted[FORGE_CONTROLLER_MAX_CLASSES];
+  double score;  // of the last decision
+  ForgeControllerLabels labels;
 } ForgeController;
 
 #define FORGE_CONTROLLER_SET_FROM_DEFINE(type, name, macro, value, help) \
@@ -120,11 +136,15 @@ static inline bool forge_controller_adapting(const ForgeController* c) {
 // n probed images: both paths' int8 outputs, [n][num_classes] each.
 ForgeControllerEvent forge_controller_probed(ForgeController* c, const int8_t* source,
                                              const int8_t* adapted, uint32_t n);
-// n images outside a probe.
-void forge_controller_skipped(ForgeController* c, uint32_t n);
-// The current probe's figures (the last decision's between probes).
+// n images outside a probe: the outputs they were given, [n][num_classes].
+void forge_controller_ran(ForgeController* c, const int8_t* outputs, uint32_t n);
+// The current probe's score (the last decision's between probes).
 double forge_controller_score(const ForgeController* c);
-double forge_controller_autocorrelation(const ForgeController* c, bool adapted);
+// The detector's agreement rate and the rate its histogram predicts; it flags
+// while agreement > FORGE_CONTROLLER_CORRELATED * chance.
+double forge_controller_agreement(const ForgeController* c);
+double forge_controller_chance(const ForgeController* c);
+bool forge_controller_correlated(const ForgeController* c);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -15,19 +15,15 @@
     "images from the start of one probe to the next; 0: decide once")              \
   X(f64, delta, DELTA, 0.03,                                                        \
     "adapt iff the probe's diversity gain (nats) exceeds this")                    \
-  X(f64, max_autocorrelation, MAX_AUTOCORRELATION, 0.1,                             \
-    "veto: the source's lag-1 label autocorrelation over the probe above this")    \
-  X(bool, concealed_veto, CONCEALED_VETO, 0,                                        \
-    "the veto holds only if the adapting path's autocorrelation is not above too") \
+  X(u32, label_window, LABEL_WINDOW, 4096,                                         \
+    "label-correlation detector: images its class histogram spans; 0: no veto")    \
   X(bool, keep_state, KEEP_STATE, 0,                                                \
-    "off keeps FORGE's state and predicts in source mode; else reset + frozen")    \
+    "class-balanced ops: off keeps the state (source mode), no detector veto")    \
   X(f64, inert_score, INERT_SCORE, 0.001,                                           \
     "with keep_state: off after a probe scoring within this of 0 observes")        \
   X(u32, early_images, EARLY_IMAGES, 128,                                           \
     "from this many probed images a probe may decide on early; 0: never")          \
   X(f64, early_delta, EARLY_DELTA, 0.1,                                             \
-    "the early decision's margin (>= delta)")                                       \
-  X(f64, early_max_autocorrelation, EARLY_MAX_AUTOCORRELATION, 0.1,                 \
-    "the early decision's label-correlation veto")
+    "the early decision's margin (>= delta)")
 
 #endif  // ESP32S3_APP_CORE_FORGE_CONTROLLER_SETTINGS_H_

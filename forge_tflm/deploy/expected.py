@@ -203,7 +203,7 @@ class ExpectedGated:
   logits: np.ndarray        # int8 [N, classes]: the logits of the path that predicted
   predictions: np.ndarray   # int64 [N]
   paths: list[str]          # per image: "source", "adapt" or "frozen" (its op mode)
-  decisions: list[dict]     # per probe: image (its last), on, score, autocorrelation(_adapted)
+  decisions: list[dict]     # per decision: image, on, score, correlated, agreement, chance
 
 
 def expected_gated(artifact, inputs_int8: np.ndarray, gate, *,
@@ -219,8 +219,9 @@ def expected_gated(artifact, inputs_int8: np.ndarray, gate, *,
   run = model.run
 
   def recording_run(x, mode="adapt"):
-    last[mode] = run(x, mode)
-    return last[mode]
+    key = "adapt" if mode == "adapt_safe" else mode  # The device prints path=adapt.
+    last[key] = run(x, mode)
+    return last[key]
 
   model.run = recording_run
   gated = GatedForge(model, gate, batch_size=1)
@@ -237,8 +238,8 @@ def expected_gated(artifact, inputs_int8: np.ndarray, gate, *,
     if len(gated.decisions) > len(decisions):
       decisions.append({"image": n, "on": gated.decisions[-1],
                         "score": float(gated.last_score),
-                        "autocorrelation": float(gated.last_autocorrelation),
-                        "autocorrelation_adapted": float(
-                            gated.last_autocorrelation_adapted)})
+                        "correlated": bool(gated.last_correlated),
+                        "agreement": float(gated.last_agreement),
+                        "chance": float(gated.last_chance)})
   logits = np.asarray(logits, np.int8)
   return ExpectedGated(logits, np.argmax(logits, axis=1), paths, decisions)

@@ -282,6 +282,7 @@ def _expected_problem(doc: dict) -> str | None:
     if not isinstance(d, dict) or not _is_int(d.get("image")) or \
         not isinstance(d.get("on"), bool) or not all(
             isinstance(d.get(x), (int, float)) for x in
-            ("score", "autocorrelation", "autocorrelation_adapted")):
+            ("score", "agreement", "chance")) or \
+        not isinstance(d.get("correlated"), bool):
       return f"gate.decisions[{k}] is not what export-firmware writes"
   return None

@@ -109,7 +109,7 @@ SCHEMA = {
             "path?": _one_of("source", "adapt", "frozen"), "forge?": _hex32_list,
             "state?": _hex32_list, "trace?": _hex32_list},
     "gate": {"image": U32, "decision": _one_of("on", "off"), "score_e6": I32,
-             "autocorrelation_e6": I32, "autocorrelation_adapted_e6": I32},
+             "correlated": _one_of("0", "1"), "agreement_e6": I32, "chance_e6": I32},
     "tensor": {"image": U32, "op": U32, "offset": U32, "bytes": _tensor_bytes,
                "values": _int8_list},
     "cost": {"index": U32, "name": _name, "calls": U64, "ticks": U64},
@@ -239,8 +239,9 @@ class _Parser:
     elif kind == "gate":
       self.decisions.append(dict(f, line=lineno, on=f["decision"] == "on",
                                  score=f["score_e6"] / 1e6,
-                                 autocorrelation=f["autocorrelation_e6"] / 1e6,
-                                 autocorrelation_adapted=f["autocorrelation_adapted_e6"] / 1e6))
+                                 correlated=f["correlated"] == "1",
+                                 agreement=f["agreement_e6"] / 1e6,
+                                 chance=f["chance_e6"] / 1e6))
     elif kind == "tensor":
       self._tensor(f)
     elif kind == "cost":

@@ -26,7 +26,7 @@ import numpy as np
 
 from forge_tflm.deploy.report import AppRun, parse_app_output
 
-# The gate's score and autocorrelations are printed in millionths (lround); the host
+# The gate's score and detector rates are printed in millionths (lround); the host
 # computes them in float64 and the device in double with another summation order,
 # so they agree to one unit of the last printed digit (the parity tests' bound).
 GATE_TOLERANCE_E6 = 1
@@ -267,7 +267,10 @@ def _gate_problems(run: AppRun, expected: dict) -> list[str]:
     if d["on"] != w["on"]:
       diffs.append(f"decision differs (device {d['decision']}, expected "
                    f"{'on' if w['on'] else 'off'})")
-    for key in ("score", "autocorrelation", "autocorrelation_adapted"):
+    if d["correlated"] != w["correlated"]:
+      diffs.append(f"label correlation differs (device {d['correlated']}, expected "
+                   f"{w['correlated']})")
+    for key in ("score", "agreement", "chance"):
       if not abs(d[key + "_e6"] - w[key] * 1e6) <= GATE_TOLERANCE_E6:  # NaN differs too
         diffs.append(f"{key} differs (device {d[key + '_e6']}e-6, expected {w[key]!r})")
     if diffs:

@@ -6,7 +6,7 @@
  * named as in forge_controller_settings.h (missing ones take their defaults).
  * .next() is the next step (STEP_*), .probed(source, adapted, n) takes both paths'
  * int8 outputs of n images (C-contiguous, n * num_classes bytes each) and returns the
- * event (EVENT_*), .skipped(n) counts n images outside a probe. SETTINGS lists the
+ * event (EVENT_*), .ran(outputs, n) takes the outputs of n images outside a probe. SETTINGS lists the
  * X-macro's (name, MACRO, type, default, help) so Python never repeats them.
  */
 #define PY_SSIZE_T_CLEAN
@@ -117,11 +117,21 @@ static PyObject* controller_probed(ControllerObject* self, PyObject* args) {
   return result;
 }
 
-static PyObject* controller_skipped(ControllerObject* self, PyObject* args) {
+static PyObject* controller_ran(ControllerObject* self, PyObject* args) {
+  Py_buffer out;
   unsigned int n;
-  if (!PyArg_ParseTuple(args, "I", &n)) return NULL;
-  forge_controller_skipped(&self->c, n);
-  Py_RETURN_NONE;
+  if (!PyArg_ParseTuple(args, "y*I", &out, &n)) return NULL;
+  PyObject* result = NULL;
+  const Py_ssize_t want = (Py_ssize_t)n * self->c.num_classes;
+  if (out.len != want) {
+    PyErr_Format(PyExc_ValueError, "ran: needs %zd int8 outputs", want);
+  } else {
+    forge_controller_ran(&self->c, (const int8_t*)out.buf, n);
+    result = Py_None;
+    Py_INCREF(result);
+  }
+  PyBuffer_Release(&out);
+  return result;
 }
 
 static PyObject* get_score(ControllerObject* self, void* unused) {
@@ -129,8 +139,10 @@ static PyObject* get_score(ControllerObject* self, void* unused) {
   return PyFloat_FromDouble(forge_controller_score(&self->c));
 }
 
-static PyObject* get_rho(ControllerObject* self, void* adapted) {
-  return PyFloat_FromDouble(forge_controller_autocorrelation(&self->c, adapted != NULL));
+static PyObject* get_rate(ControllerObject* self, void* which) {
+  const char* w = (const char*)which;
+  return PyFloat_FromDouble(w[0] == 'a' ? forge_controller_agreement(&self->c)
+                                        : forge_controller_chance(&self->c));
 }
 
 static PyObject* get_flag(ControllerObject* self, void* which) {
@@ -138,6 +150,7 @@ static PyObject* get_flag(ControllerObject* self, void* which) {
   const char* w = (const char*)which;
   if (w[0] == 'p') return PyBool_FromLong(c->probing);
   if (w[0] == 'a') return PyBool_FromLong(c->adapting);
+  if (w[0] == 'c') return PyBool_FromLong(forge_controller_correlated(c));
   return PyBool_FromLong(c->observing);
 }
 
@@ -150,8 +163,8 @@ static PyMethodDef controller_methods[] = {
     {"next", (PyCFunction)controller_next, METH_NOARGS, "The next step (STEP_*)."},
     {"probed", (PyCFunction)controller_probed, METH_VARARGS,
      "probed(source, adapted, n): n probed images; returns the event (EVENT_*)."},
-    {"skipped", (PyCFunction)controller_skipped, METH_VARARGS,
-     "skipped(n): n images outside a probe."},
+    {"ran", (PyCFunction)controller_ran, METH_VARARGS,
+     "ran(outputs, n): the outputs of n images outside a probe."},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef controller_getset[] = {
@@ -161,8 +174,9 @@ static PyGetSetDef controller_getset[] = {
     {"decisions", (getter)get_count, NULL, NULL, "decisions"},
     {"probed_images", (getter)get_count, NULL, NULL, "probed"},
     {"score", (getter)get_score, NULL, NULL, NULL},
-    {"autocorrelation", (getter)get_rho, NULL, NULL, NULL},
-    {"autocorrelation_adapted", (getter)get_rho, NULL, NULL, "adapted"},
+    {"correlated", (getter)get_flag, NULL, NULL, "correlated"},
+    {"agreement", (getter)get_rate, NULL, NULL, "agreement"},
+    {"chance", (getter)get_rate, NULL, NULL, "chance"},
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PyTypeObject ControllerType = {
@@ -209,6 +223,7 @@ PyMODINIT_FUNC PyInit__forge_controller(void) {
       PyModule_AddIntConstant(m, "MAX_CLASSES", FORGE_CONTROLLER_MAX_CLASSES) < 0 ||
       PyModule_AddIntConstant(m, "STEP_PROBE", FORGE_CONTROLLER_PROBE) < 0 ||
       PyModule_AddIntConstant(m, "STEP_ADAPT", FORGE_CONTROLLER_ADAPT) < 0 ||
+      PyModule_AddIntConstant(m, "STEP_ADAPT_SAFE", FORGE_CONTROLLER_ADAPT_SAFE) < 0 ||
       PyModule_AddIntConstant(m, "STEP_SOURCE", FORGE_CONTROLLER_SOURCE) < 0 ||
       PyModule_AddIntConstant(m, "STEP_OBSERVE", FORGE_CONTROLLER_OBSERVE) < 0 ||
       PyModule_AddIntConstant(m, "STEP_FROZEN", FORGE_CONTROLLER_FROZEN) < 0 ||

@@ -18,7 +18,7 @@ import numpy as np
 
 from forge_tflm.evaluation import _forge_controller as _c
 from forge_tflm.evaluation.int8_methods import Int8Method
-from forge_tflm.runtime.segmented import ADAPT, FROZEN, SOURCE
+from forge_tflm.runtime.segmented import ADAPT, ADAPT_SAFE, FROZEN, SOURCE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,9 +50,9 @@ SETTINGS = tuple(Setting(*row) for row in _c.SETTINGS)
 Controller = _c.Controller
 MAX_CLASSES: int = _c.MAX_CLASSES
 _BY_NAME = {s.name: s for s in SETTINGS}
-# Set by the model, not the user (for_model): class-balanced models keep their state
-# while off and veto only a concealed correlation.
-MODEL_SETTINGS = ("concealed_veto", "keep_state")
+# Set by the model and batch size, not the user (`settings`): class-balanced models keep
+# their state while off, observe after an inert probe and decide "on" early at batch 1.
+MODEL_SETTINGS = ("keep_state", "inert_score", "early_images", "early_delta")
 USER_SETTINGS = tuple(s for s in SETTINGS if s.name not in MODEL_SETTINGS)
 # The re-probing period a device uses (it never sees a stream boundary); the
 # evaluator's default stays "decide once per stream". field_protocols*.md measure it.
@@ -88,18 +88,15 @@ def settings(config, batch_size: int, class_balanced: bool) -> dict:
   """Every controller setting for this batch size and model, the derived ones filled in:
   an early "on" by default only at batch 1 on class-balanced models (at larger batches a
   batch of one class is normalized before the guard sees a label, and label-blind
-  models see too few class changes for the early veto: field_protocols*.md,
-  gate_early_probe*.md); its margin at least delta's; its veto the gate's own."""
+  models see too few class changes: field_protocols*.md, gate_early_probe*.md); its
+  margin at least delta's."""
   out = {s.name: s.value(getattr(config, s.name)) for s in SETTINGS
          if getattr(config, s.name) is not None}
-  out.setdefault("concealed_veto", class_balanced)
   out.setdefault("keep_state", class_balanced)
   early = _BY_NAME["early_images"].default if batch_size == 1 and class_balanced else 0
   out.setdefault("early_images", int(early))
   delta = out.get("delta", _BY_NAME["delta"].default)
   out.setdefault("early_delta", max(_BY_NAME["early_delta"].default, delta))
-  out.setdefault("early_max_autocorrelation",
-                 out.get("max_autocorrelation", _BY_NAME["max_autocorrelation"].default))
   for s in SETTINGS:
     out.setdefault(s.name, s.value(s.default))
   return out
@@ -138,8 +135,8 @@ class GatedForge(Int8Method):
     self.controller = Controller(self.settings, classes, scale, zero_point)
     self.decisions: list[bool] = []
     # Of the last decision.
-    self.last_score = self.last_autocorrelation = float("nan")
-    self.last_autocorrelation_adapted = float("nan")
+    self.last_score = self.last_agreement = self.last_chance = float("nan")
+    self.last_correlated = False
     self.images = 0
     self.images_adapted = 0  # Predicted by the adapting path.
 
@@ -157,17 +154,18 @@ class GatedForge(Int8Method):
     step, adapting = c.next(), c.adapting
     if step == _c.STEP_PROBE:
       source = self.model.run(x_int8, mode=SOURCE)
-      adapted = self.model.run(x_int8, mode=ADAPT)
+      adapted = self.model.run(x_int8, mode=ADAPT_SAFE if c.correlated else ADAPT)
       event = c.probed(np.ascontiguousarray(source), np.ascontiguousarray(adapted), n)
       y = adapted if adapting else source
       if event != _c.EVENT_NONE:
         self._decided(event)
     else:
-      mode = {_c.STEP_ADAPT: ADAPT, _c.STEP_FROZEN: FROZEN}.get(step, SOURCE)
+      mode = {_c.STEP_ADAPT: ADAPT, _c.STEP_ADAPT_SAFE: ADAPT_SAFE,
+              _c.STEP_FROZEN: FROZEN}.get(step, SOURCE)
       y = self.model.run(x_int8, mode=mode)
       if step == _c.STEP_OBSERVE:
         self.model.observe(y)  # The guard's detector keeps reading (SPEC "Observe").
-      c.skipped(n)
+      c.ran(np.ascontiguousarray(y), n)
     self.images += n
     self.images_adapted += n if adapting else 0
     return self.model.dequantize_output(y)
@@ -176,8 +174,9 @@ class GatedForge(Int8Method):
     c = self.controller
     self.decisions.append(event == _c.EVENT_ON)
     self.last_score = c.score
-    self.last_autocorrelation = c.autocorrelation
-    self.last_autocorrelation_adapted = c.autocorrelation_adapted
+    self.last_correlated = c.correlated
+    self.last_agreement = c.agreement
+    self.last_chance = c.chance
     if event == _c.EVENT_OFF_RESET:
       self.model.reset()
 
@@ -197,5 +196,6 @@ class GatedForge(Int8Method):
     return self.controller.score
 
   @property
-  def autocorrelation(self) -> float:
-    return self.controller.autocorrelation
+  def correlated(self) -> bool:
+    """Whether the label-correlation detector flags now."""
+    return self.controller.correlated

@@ -202,8 +202,7 @@ def evaluate_stream(config: EvalConfig, methods: dict, stream: Stream, contract,
       if name == "forge-gated":
         record.setdefault("gate_fired", []).append(bool(method.fired))
         record.setdefault("gate_score", []).append(float(method.score))
-        record.setdefault("gate_autocorrelation", []).append(
-            round(float(method.autocorrelation), 4))
+        record.setdefault("gate_correlated", []).append(bool(method.correlated))
         if config.gate.period is not None:
           record.setdefault("gate_adapted", []).append(round(method.adapted_fraction, 4))
           record.setdefault("gate_decisions", []).append(len(method.decisions))

@@ -211,7 +211,7 @@ class ResultStore:
     gated = "forge-gated" in methods
     for key, check, what in (("gate_fired", _bool, "true or false"),
                              ("gate_score", _score, "a number"),
-                             ("gate_autocorrelation", _number, "a finite number"),
+                             ("gate_correlated", _bool, "true or false"),
                              ("gate_adapted", _fraction, "a fraction in [0, 1]"),
                              ("gate_decisions", _is_int, "an integer")):
       if key in record or (gated and key in ("gate_fired", "gate_score")):

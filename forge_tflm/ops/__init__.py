@@ -149,6 +149,8 @@ def forge_recalib_reference(x: np.ndarray, state: RecalibState,
   if x.shape[-1] != state.channels:
     raise ValueError(f"x has {x.shape[-1]} channels, state has {state.channels}")
   _code(_MODE_CODES, mode, "mode")
+  if mode == "adapt_safe":  # SPEC "Modes"
+    mode = "adapt" if opts.label_safe else "source"
   _check_classes(opts, state)
   q = reference.prepare_quant(opts.activation, quant.s_x, quant.z_x,
                               quant.s_y, quant.z_y)
@@ -275,7 +277,9 @@ class RecalibOp:
     x, may be x itself) receives it. Errors raise ValueError, nothing written."""
     if out is None:
       out = np.empty_like(x) if isinstance(x, np.ndarray) else None
-    code = _code(_MODE_CODES, mode, "mode")
+    # The C core's rule (forge_recalib_mode_for): adapt_safe is adapt or source here.
+    code = self._prepared.mode_for(_code(_MODE_CODES, mode, "mode"))
+    mode = MODES[code]
     st = self.state
     pending = None
     if self.class_balanced and mode != "source":

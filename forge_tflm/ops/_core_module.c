@@ -642,6 +642,12 @@ static PyObject* prepared_int_state_reset(Prepared* p, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+static PyObject* prepared_mode_for(Prepared* p, PyObject* args) {
+  int mode;
+  if (!PyArg_ParseTuple(args, "i", &mode)) return NULL;
+  return PyLong_FromLong(forge_recalib_mode_for(&p->opts, mode));
+}
+
 static PyObject* prepared_quant(Prepared* p, void* closure) {
   (void)closure;
   return Py_BuildValue("(fffii)", p->quant.r, p->quant.inv_sy, p->quant.sx2,
@@ -654,6 +660,8 @@ static PyObject* prepared_channels(Prepared* p, void* closure) {
 }
 
 static PyMethodDef kPreparedMethods[] = {
+    {"mode_for", (PyCFunction)prepared_mode_for, METH_VARARGS,
+     "mode_for(mode) -> the mode this op runs for `mode` (ADAPT_SAFE resolved)"},
     {"run", (PyCFunction)prepared_run, METH_VARARGS,
      "run(x, y, state, mode[, path[, variant]]): one invocation; y may be x."
      " variant: 0 host (default), 1 ansi, 2 host capped at AVX2"},

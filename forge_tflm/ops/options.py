@@ -139,6 +139,10 @@ class RecalibOptions:
       default=None, metadata=_help(
           f"FORGE arithmetic: {', '.join(ARITHMETICS)} (float32 SPEC by default; int:"
           " fixed-point state and quantized multipliers, SPEC \"Integer arithmetic\")."))
+  # SPEC "Modes": the op adapts in mode adapt_safe (the field controller's mode while
+  # the stream's labels look correlated), else runs source mode there; None (0 in
+  # the C struct): not label-safe. Set by the converter per site.
+  label_safe: int | None = None
 
   def __post_init__(self):
     if (self.momentum is None) == (self.window is None):
@@ -211,6 +215,10 @@ class RecalibOptions:
         object.__setattr__(self, "arithmetic", None)
       elif self.classes is not None:
         raise ValueError("arithmetic int does not support classes")
+    if self.label_safe is not None:
+      if self.label_safe not in (0, 1) or isinstance(self.label_safe, float):
+        raise ValueError("label_safe must be 0 or 1")
+      object.__setattr__(self, "label_safe", 1 if self.label_safe else None)
 
   @property
   def integer(self) -> bool:

@@ -40,6 +40,9 @@ KERNEL_MODES = {"reference": OpResolverType.BUILTIN_REF, "optimized": OpResolver
 # The op's modes (SPEC "Modes"): adapt, frozen at the current state, and source (the
 # clean targets, state untouched: the int8 model as converted).
 ADAPT, FROZEN, SOURCE = "adapt", "frozen", "source"
+# Adapt where the op is label-safe (option label_safe), source elsewhere: the field
+# controller's mode while the stream's labels look correlated.
+ADAPT_SAFE = "adapt_safe"
 
 
 @dataclasses.dataclass
@@ -406,13 +409,15 @@ class SegmentedModel:
     """Runs a batch of int8 inputs [N, ...]; returns the int8 output.
 
     mode: "adapt" updates FORGE state; "frozen" normalizes with the current state;
-    "source" with the clean targets, leaving the state as it is. Class-balanced sites
+    "source" with the clean targets, leaving the state as it is; "adapt_safe" adapts
+    the label-safe sites and runs the others in source mode. Class-balanced sites
     get this run's predictions after an adapt run (commit), as a device app does
     after its Invoke; commit=False leaves that to the caller (a device applies it at
     the op's next invocation, so its state between invocations is the uncommitted one).
     """
-    if mode not in (ADAPT, FROZEN, SOURCE):
-      raise ValueError(f"mode must be {ADAPT!r}, {FROZEN!r} or {SOURCE!r}, not {mode!r}")
+    if mode not in (ADAPT, FROZEN, SOURCE, ADAPT_SAFE):
+      raise ValueError(f"mode must be {ADAPT!r}, {FROZEN!r}, {SOURCE!r} or {ADAPT_SAFE!r},"
+                       f" not {mode!r}")
     if x.dtype != np.int8:
       raise ValueError(f"input must be int8 (quantize with input_quant), got {x.dtype}")
     if tuple(x.shape[1:]) != self.input_shape:
@@ -445,7 +450,7 @@ class SegmentedModel:
       y = np.array(values[self._graph_outputs[0]])  # Own copy for the caller.
     finally:
       values.clear()  # Drop the views before any segment can run again.
-    if mode == ADAPT and commit:
+    if mode in (ADAPT, ADAPT_SAFE) and commit:
       self.commit(y)
     return y
 

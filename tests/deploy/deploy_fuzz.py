@@ -63,7 +63,7 @@ UNCOMPARED_KINDS = {"mem", "cost", "cost_type", "tensor"}
 UNCOMPARED = {"forge_app": {"clock_hz", "fc_guard", "input", "output", "trace"},
               "img": {"ticks"}, "done": {"ticks"}}
 UNCOMPARED_GATED = {"img": {"forge", "state"}}
-GATE_E6 = ("score_e6", "autocorrelation_e6", "autocorrelation_adapted_e6")
+GATE_E6 = ("score_e6", "agreement_e6", "chance_e6")
 
 INTERESTING = ["", "0", "1", "-1", "-0", "00", "01", "+1", " 1", "127", "128", "-128",
                "-129", "255", "256", "3072", "1234", "4294967295", "4294967296",
@@ -83,8 +83,8 @@ RESET_LINES = ["Rebooting...", "ESP-ROM:esp32s3-20210327",
 NOISE_LINES = ["I (1234) main: starting", "W (99) spi_flash: detected chip", "",
                "op", "done", "img = 3", "error", "error what=invoke image=2",
                "tensor image=0 op=1 offset=0 bytes=4 values=1,2,3,4",
-               "gate image=0 decision=on score_e6=1 autocorrelation_e6=0 "
-               "autocorrelation_adapted_e6=0", "mem arena_size=1"]
+               "gate image=0 decision=on score_e6=1 correlated=0 agreement_e6=0 "
+               "chance_e6=0", "mem arena_size=1"]
 
 
 # -- seeds --------------------------------------------------------------------------

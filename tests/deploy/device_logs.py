@@ -36,10 +36,10 @@ def expected_doc(mode: str = "adapt", images: int = N) -> dict:
          "forge_ops": [1], "images": images, "mode": mode, "per_image": per}
   if mode == "gated":
     doc["gate"] = {"decisions": [
-        {"image": 1, "on": True, "score": 0.125, "autocorrelation": -0.03125,
-         "autocorrelation_adapted": 0.0625},
-        {"image": images - 1, "on": False, "score": -0.5, "autocorrelation": 0.25,
-         "autocorrelation_adapted": 0.5}]}
+        {"image": 1, "on": True, "score": 0.125, "correlated": False,
+         "agreement": 0.125, "chance": 0.0625},
+        {"image": images - 1, "on": False, "score": -0.5, "correlated": True,
+         "agreement": 0.5, "chance": 0.25}]}
   return doc
 
 
@@ -73,8 +73,9 @@ def _img(n: int, e: dict, trace: str) -> str:
 def _gate(d: dict) -> str:
   return (f"gate image={d['image']} decision={'on' if d['on'] else 'off'} "
           f"score_e6={round(d['score'] * 1e6)} "
-          f"autocorrelation_e6={round(d['autocorrelation'] * 1e6)} "
-          f"autocorrelation_adapted_e6={round(d['autocorrelation_adapted'] * 1e6)}")
+          f"correlated={int(d['correlated'])} "
+          f"agreement_e6={round(d['agreement'] * 1e6)} "
+          f"chance_e6={round(d['chance'] * 1e6)}")
 
 
 def app_log(exp: dict, *, images=None, trace=None, mutate=None, model_bytes=None) -> str:

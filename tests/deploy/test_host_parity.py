@@ -395,12 +395,13 @@ def test_gated_app_matches_evaluator_forge_gated(artifacts, binaries, stream, tm
   batch 1: the same path (source / adapt / frozen) and the same logits at every
   image, the same decisions at the same images, through several probes (short
   probe and period so that 200 images hold many): the shuffled stream without the
-  label-correlation veto, then the same images sorted by class with the default
-  veto, which must then keep the gate off. With the default early rule (96 images:
-  never within these probes), then with an early "on" after 4 images, which must
-  end some probes early and leave others to their end."""
+  label-correlation detector, then the same images sorted by class with the default
+  detector, which must flag them, with every probe deciding "on" (delta -1) so that
+  the op's adapt_safe mode runs (the label-safe ops alone adapt). With the
+  default early rule (never on label-blind models), then with an early "on" after 4
+  images, which must end some probes early and leave others to their end."""
   from forge_tflm import deploy
-  from forge_tflm.evaluation.gate import GateConfig, host_arguments, settings
+  from forge_tflm.evaluation.gate import GateConfig, host_arguments
 
   name, target = "forge_all", "reference"
   path = artifacts[name]
@@ -410,11 +411,10 @@ def test_gated_app_matches_evaluator_forge_gated(artifacts, binaries, stream, tm
   if early is not None:
     early_config = {"early_images": early[0], "early_delta": early[1]}
   ends = []  # Images into its probe at which each decision came.
-  default_veto = settings(GateConfig(), 1, False)["max_autocorrelation"]
-  for x, veto in ((shuffled, 1e9), (by_class, default_veto)):
+  for x, window, delta in ((shuffled, 0, None), (by_class, None, -1.0)):
     images = deploy.write_image_stream(str(tmp_path / "images.bin"), x)
-    gate = GateConfig(probe_images=16, period=40, max_autocorrelation=veto,
-                      early_max_autocorrelation=veto, **early_config)
+    gate = GateConfig(probe_images=16, period=40, label_window=window, delta=delta,
+                      **early_config)
     exp = deploy.expected_gated(path, x, gate)
     r = subprocess.run([binaries[target], path, images, f"--images={N_IMAGES}",
                         "--trace=none", "--gate"] + host_arguments(gate, False),
@@ -423,20 +423,21 @@ def test_gated_app_matches_evaluator_forge_gated(artifacts, binaries, stream, tm
     run = deploy.parse_app_output(r.stdout)
     assert run.ok and run.header["mode"] == "gated"
     assert run.paths == exp.paths
-    assert [(d["image"], d["on"]) for d in run.gate_decisions] == \
-        [(d["image"], d["on"]) for d in exp.decisions]
+    assert [(d["image"], d["on"], d["correlated"]) for d in run.gate_decisions] == \
+        [(d["image"], d["on"], d["correlated"]) for d in exp.decisions]
     assert len(exp.decisions) == N_IMAGES // 40 + (N_IMAGES % 40 >= 16)
     for got, want in zip(run.gate_decisions, exp.decisions):
-      assert abs(got["score"] - want["score"]) <= 1e-6
-      assert abs(got["autocorrelation"] - want["autocorrelation"]) <= 1e-6
-      assert abs(got["autocorrelation_adapted"] - want["autocorrelation_adapted"]) <= 1e-6
+      for key in ("score", "agreement", "chance"):
+        assert abs(got[key] - want[key]) <= 1e-6, key
     np.testing.assert_array_equal(run.logits, exp.logits)
     np.testing.assert_array_equal(run.predictions, exp.predictions)
-    if veto < 1 and early is None:  # (A 4-image early probe sees too little to veto.)
-      assert any(d["autocorrelation"] > veto for d in exp.decisions)
-      assert not any(d["on"] for d in exp.decisions if d["autocorrelation"] > veto)
+    # The detector is off on the shuffled stream and flags the sorted one, where the
+    # gate then adapts in adapt_safe mode.
+    assert any(d["correlated"] for d in exp.decisions) is (window is None)
+    if window is None:
+      assert all(d["on"] for d in exp.decisions) and "adapt" in exp.paths
     ends += [d["image"] % 40 for d in exp.decisions]
-    print(f"\n{target}/{name} gated (veto {veto:g}, early {early}): paths"
+    print(f"\n{target}/{name} gated (label_window {window}, early {early}): paths"
           f" {exp.paths.count('adapt')} adapt, {exp.paths.count('source')} source,"
           f" {exp.paths.count('frozen')} frozen; decisions {[d['on'] for d in exp.decisions]}"
           f" at {[d['image'] % 40 for d in exp.decisions]} into their probes")
@@ -449,14 +450,11 @@ def test_gated_app_matches_evaluator_forge_gated(artifacts, binaries, stream, tm
 @pytest.mark.parametrize("inert_score, early", [(0.0, None), (1e300, None), (0.0, (4, 0.04))])
 def test_gated_class_balanced_app_keeps_state_like_the_evaluator(artifacts, binaries, stream,
                                                                 tmp_path, inert_score, early):
-  """A class-balanced model's gate (gate.settings: the veto only where the adapting
-  path's predictions are not label-correlated too, state kept through an off
-  decision, source mode meanwhile; the source's outputs feed the guard's detector after
-  an inert probe: never, or after every off decision) on the images sorted by class:
-  the same paths, decisions, logits and predictions on the host app as in the
-  evaluator. With an early "on" after 4 images too: the default veto (0.1), without
-  the condition, on the early decision, which a run of one class passes and a change
-  of class does not."""
+  """A class-balanced model's gate (gate.settings: state kept through an off decision,
+  source mode meanwhile; the source's outputs feed the guard's detector after an inert
+  probe: never, or after every off decision) on the images sorted by class: the same
+  paths, decisions, logits and predictions on the host app as in the evaluator. With
+  an early "on" after 4 images too."""
   from forge_tflm import deploy
   from forge_tflm.evaluation.gate import GateConfig, host_arguments, settings
 
@@ -467,7 +465,7 @@ def test_gated_class_balanced_app_keeps_state_like_the_evaluator(artifacts, bina
     early_config = {"early_images": early[0], "early_delta": early[1]}
   gate = GateConfig(probe_images=16, period=40, inert_score=inert_score, **early_config)
   device = settings(gate, 1, True)
-  assert device["keep_state"] and device["concealed_veto"]
+  assert device["keep_state"]
   exp = deploy.expected_gated(path, x, gate)
   images = deploy.write_image_stream(str(tmp_path / "images.bin"), x)
   r = subprocess.run([binaries["reference"], path, images, f"--images={N_IMAGES}",
@@ -476,16 +474,15 @@ def test_gated_class_balanced_app_keeps_state_like_the_evaluator(artifacts, bina
   assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
   run = deploy.parse_app_output(r.stdout)
   assert run.ok and run.paths == exp.paths
-  assert [(d["image"], d["on"]) for d in run.gate_decisions] == \
-      [(d["image"], d["on"]) for d in exp.decisions]
+  assert [(d["image"], d["on"], d["correlated"]) for d in run.gate_decisions] == \
+      [(d["image"], d["on"], d["correlated"]) for d in exp.decisions]
   for got, want in zip(run.gate_decisions, exp.decisions):
-    assert abs(got["autocorrelation"] - want["autocorrelation"]) <= 1e-6
-    assert abs(got["autocorrelation_adapted"] - want["autocorrelation_adapted"]) <= 1e-6
+    for key in ("score", "agreement", "chance"):
+      assert abs(got[key] - want[key]) <= 1e-6, key
   np.testing.assert_array_equal(run.logits, exp.logits)
   np.testing.assert_array_equal(run.predictions, exp.predictions)
-  # Sorted by class, some probes are label-correlated: the veto's condition is read.
-  assert any(d["autocorrelation"] > device["max_autocorrelation"] for d in exp.decisions)
+  # Sorted by class, the detector flags: adapting then runs in adapt_safe mode.
+  assert any(d["correlated"] for d in exp.decisions)
   print(f"\nforge_classes gated, state kept: paths {exp.paths.count('adapt')} adapt, "
         f"{exp.paths.count('source')} source; decisions {[d['on'] for d in exp.decisions]}"
-        f", autocorrelation source/adapted "
-        f"{[(round(d['autocorrelation'], 2), round(d['autocorrelation_adapted'], 2)) for d in exp.decisions]}")
+        f", correlated {[d['correlated'] for d in exp.decisions]}")

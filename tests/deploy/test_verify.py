@@ -151,11 +151,12 @@ ONE_FIELD = {
     "gate_decision": ("gated", "gate", 1, "decision", "off", ["image 1", "decision"]),
     "gate_score": ("gated", "gate", 1, "score_e6", lambda v: str(int(v) + 1000),
                    ["image 1", "score"]),
-    "gate_autocorrelation": ("gated", "gate", N - 1, "autocorrelation_e6",
-                             lambda v: str(int(v) - 5), ["image 4", "autocorrelation"]),
-    "gate_autocorrelation_adapted": ("gated", "gate", 1, "autocorrelation_adapted_e6",
-                                     lambda v: str(-int(v)), ["image 1",
-                                                              "autocorrelation_adapted"]),
+    "gate_agreement": ("gated", "gate", N - 1, "agreement_e6",
+                       lambda v: str(int(v) - 5), ["image 4", "agreement"]),
+    "gate_chance": ("gated", "gate", 1, "chance_e6", lambda v: str(-int(v)),
+                    ["image 1", "chance"]),
+    "gate_correlated": ("gated", "gate", 1, "correlated", "1",
+                        ["image 1", "label correlation"]),
 }
 
 

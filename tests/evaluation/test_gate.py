@@ -200,56 +200,78 @@ def test_without_a_period_the_gate_decides_once():
   assert gated.decisions == [True] and gated.fired
 
 
-@pytest.mark.parametrize("veto, fires", [(0.3, False), (1e9, True)])
-def test_a_label_correlated_probe_keeps_the_source(veto, fires):
-  model = ScriptedModel(adapt=diverse, source=in_runs, classes=3)
-  gated = GatedForge(model, GateConfig(probe_images=24, max_autocorrelation=veto),
-                     batch_size=24)
-  gated.predict(np.zeros((24, 1), np.int8))
-  assert gated.fired is fires and gated.last_autocorrelation > 0.5
+def detector(labels, k, window):
+  """numpy of the detector's definition (forge_controller.h): (agreement, chance)."""
+  h, a, prev = np.full(k, 1.0 / k), 1.0 / k, -1
+  rate, agree = 1.0 / window, min(1.0, 32.0 / window)
+  for label in labels:
+    h *= 1.0 - rate
+    h[label] += rate
+    if prev >= 0:
+      a += agree * (float(label == prev) - a)
+    prev = label
+  return a, float(h @ h)
 
 
-def test_autocorrelation_separates_iid_from_runs_and_a_collapse_carries_no_evidence():
+def test_the_detector_flags_runs_of_a_class_and_not_iid_labels():
   rng = np.random.default_rng(0)
-  cases = {"iid": quantize(onehot(rng.integers(0, 10, 256), k=10)),
-           "runs": quantize(onehot(np.repeat(rng.permutation(10)[:8], 32), k=10)),
-           "collapsed": quantize(np.tile([[3.0, 1.0] + [0.0] * 8], (256, 1)))}
-  rho = {}
-  for name, y in cases.items():
-    c = gate.Controller({"probe_images": 256}, 10, SCALE, 0)
-    c.probed(y, y, 256)
-    rho[name] = c.autocorrelation
-  assert abs(rho["iid"]) < 0.2 and rho["runs"] > 0.9 and rho["collapsed"] == 0.0
+  cases = {"iid": rng.integers(0, 10, 512), "runs": np.repeat(rng.permutation(10), 64)[:512]}
+  for name, labels in cases.items():
+    y = quantize(onehot(labels, k=10))
+    c = gate.Controller({"probe_images": 10**6, "label_window": 1024}, 10, SCALE, 0)
+    for i in range(0, len(y), 8):  # batches of 8; the labels enter image by image
+      c.probed(y[i:i + 8], y[i:i + 8], 8)
+    a, e = detector(labels, 10, 1024)
+    assert c.agreement == pytest.approx(a, rel=1e-12)
+    assert c.chance == pytest.approx(e, rel=1e-12)
+    assert c.correlated is (name == "runs") is (a > 1.75 * e)
 
 
-def test_autocorrelation_does_not_depend_on_the_batch_size():
-  rng = np.random.default_rng(1)
-  y = quantize(onehot(rng.integers(0, 10, 64), k=10) + rng.normal(size=(64, 10)))
-  whole = gate.Controller({"probe_images": 64}, 10, SCALE, 0)
-  whole.probed(y, y, 64)
-  single = gate.Controller({"probe_images": 64}, 10, SCALE, 0)
-  for row in y:
-    single.probed(row, row, 1)
-  assert single.autocorrelation == whole.autocorrelation
-  p = probs(y)
-  mean = p.mean(0)
-  want = ((p[1:] * p[:-1]).sum(1).mean() - mean @ mean) / ((p * p).sum(1).mean() - mean @ mean)
-  assert whole.autocorrelation == pytest.approx(want, rel=1e-9)
+def in_long_runs(x):  # Runs of 16 images over three classes: label-correlated.
+  return onehot((np.arange(len(x)) // 16) % 3)
 
 
-@pytest.mark.parametrize("adapt, class_balanced, fires", [
-    (runs_of_three, True, True),   # The class statistics keep the runs: no veto.
-    (diverse, True, False),        # Adapting normalized the runs away: the veto holds.
-    (runs_of_three, False, False)])  # Label-blind: the veto always holds.
-def test_a_class_balanced_gate_vetoes_only_a_concealed_correlation(adapt, class_balanced,
-                                                                   fires):
-  model = ScriptedModel(adapt=adapt, source=in_runs, classes=3,
-                        class_balanced=class_balanced)
-  gated = GatedForge(model, GateConfig(probe_images=24, max_autocorrelation=0.3), 24)
-  gated.predict(np.zeros((24, 1), np.int8))
-  assert gated.fired is fires and gated.last_score > 0.03  # Only the veto says no.
-  assert gated.settings["concealed_veto"] is class_balanced
-  assert (gated.last_autocorrelation_adapted > 0.5) is (adapt is runs_of_three)
+class SafeModel(ScriptedModel):
+  """Runs mode adapt_safe as `safe` (only the label-safe ops adapt)."""
+
+  def __init__(self, adapt, source, safe, classes=3):
+    super().__init__(adapt=adapt, source=source, classes=classes)
+    self.safe = safe
+
+  def run(self, x, mode):
+    if mode == "adapt_safe":
+      self.calls.append(mode)
+      return quantize(self.safe(x))
+    return super().run(x, mode)
+
+
+def test_while_labels_look_correlated_only_the_label_safe_ops_adapt():
+  """A probe over runs of one class adapts in the op's adapt_safe mode; once on, the
+  gate keeps adapting in that mode while the detector flags."""
+  model = SafeModel(adapt=diverse, source=in_long_runs, safe=runs_of_three)
+  gated = GatedForge(model, GateConfig(probe_images=48, label_window=256), batch_size=16)
+  for _ in range(5):
+    gated.predict(np.zeros((16, 1), np.int8))
+  assert gated.correlated and gated.decisions == [True]
+  assert model.calls[:2] == ["source", "adapt"]  # Before the detector has seen a run.
+  assert "adapt_safe" in model.calls[2:6] and model.calls[6:] == ["adapt_safe"] * 2
+
+
+def test_iid_labels_adapt_every_op():
+  model = SafeModel(adapt=diverse, source=lambda x: onehot(np.arange(len(x)) % 2),
+                    safe=diverse)
+  gated = GatedForge(model, GateConfig(probe_images=16, label_window=256), batch_size=16)
+  for _ in range(3):
+    gated.predict(np.arange(16, dtype=np.int8)[:, None])
+  assert gated.decisions == [True] and model.calls == ["source", "adapt", "adapt", "adapt"]
+
+
+def test_label_window_zero_turns_the_detector_off():
+  model = SafeModel(adapt=diverse, source=in_long_runs, safe=runs_of_three)
+  gated = GatedForge(model, GateConfig(probe_images=48, label_window=0), batch_size=16)
+  for _ in range(5):
+    gated.predict(np.zeros((16, 1), np.int8))
+  assert not gated.correlated and "adapt_safe" not in model.calls
 
 
 @pytest.mark.parametrize("adapt, source, inert_score, fires, observes", [
@@ -296,17 +318,11 @@ def test_a_probe_below_the_early_margin_waits_for_its_end(early_delta, early_ima
   assert gated.decisions == [True]
 
 
-def test_off_is_never_decided_early_and_the_veto_holds_early():
+def test_off_is_never_decided_early():
   gated = GatedForge(ScriptedModel(adapt=spread(0.9), source=spread(0.6)),
                      GateConfig(probe_images=20, early_images=4), batch_size=4)
   _stream(gated, 4)
   assert gated.probing and gated.decisions == []
-  for veto, probing in ((0.3, True), (1e9, False)):
-    model = ScriptedModel(adapt=diverse, source=in_runs, classes=3)
-    gated = GatedForge(model, GateConfig(probe_images=72, early_images=8,
-                                         max_autocorrelation=veto), batch_size=24)
-    gated.predict(np.zeros((24, 1), np.int8))
-    assert gated.probing is probing
 
 
 def test_derived_settings():
@@ -315,12 +331,17 @@ def test_derived_settings():
   assert settings(GateConfig(), 1, False)["early_images"] == 0   # Label-blind.
   assert settings(GateConfig(early_images=64), 1, False)["early_images"] == 64
   assert settings(GateConfig(delta=0.2), 1, True)["early_delta"] == 0.2  # >= delta.
-  assert settings(GateConfig(max_autocorrelation=0.5), 1, True)[
-      "early_max_autocorrelation"] == 0.5
   for balanced in (True, False):
     s = settings(GateConfig(), 64, balanced)
-    assert s["keep_state"] is balanced and s["concealed_veto"] is balanced
+    assert s["keep_state"] is balanced
     assert set(s) == {x.name for x in SETTINGS}
+
+
+def test_four_settings_face_the_user():
+  """Issue 36: at most four user-facing field settings; the others follow from the
+  model and the batch size."""
+  assert [s.name for s in USER_SETTINGS] == ["probe_images", "period", "delta",
+                                             "label_window"]
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -329,7 +350,7 @@ def test_derived_settings():
     (dict(inert_score=-1.0), "inert_score must be >= 0"),
     (dict(early_images=-1), "early_images must be a whole number >= 0"),
     (dict(early_delta=0.01), r"early_delta \(0.01\) must be >= the probe's margin"),
-    (dict(max_autocorrelation=float("inf")), "max_autocorrelation must be a finite")])
+    (dict(label_window=-1), "label_window must be a whole number >= 0")])
 def test_bad_settings_are_refused(bad, message):
   with pytest.raises(ValueError, match=message):
     GateConfig(**bad)
@@ -354,7 +375,7 @@ def test_every_setting_reaches_the_device_and_the_host_app_once():
   assert defines["FORGE_APP_GATE_PROBE_IMAGES"] == "16" and "--gate_probe_images=16" in args
   assert defines["FORGE_APP_GATE_KEEP_STATE"] == "true" and "--gate_keep_state=1" in args
   assert defines["FORGE_APP_GATE_DELTA"] == "0.05" and "--gate_delta=0.05" in args
-  assert {s.name for s in USER_SETTINGS} | {"keep_state", "concealed_veto"} == {
+  assert {s.name for s in USER_SETTINGS} | set(gate.MODEL_SETTINGS) == {
       s.name for s in SETTINGS}
   assert dataclasses.replace(config, period=None).period is None
 

@@ -213,3 +213,32 @@ def test_source_mode_is_a_reset_then_frozen_and_leaves_the_state_alone():
       got = fn(x, state, case.opts, case.quant, "source")
       np.testing.assert_array_equal(got, want, err_msg=f"{fn.__name__} trial {trial}")
       assert state.data.tobytes() == before
+
+
+def test_adapt_safe_adapts_label_safe_ops_and_runs_the_others_in_source_mode():
+  """Mode adapt_safe (the field controller's, while labels look correlated) is adapt
+  for an op with option label_safe and source for the others: the same bits and state,
+  in C (forge_recalib_mode_for) and numpy."""
+  rng = np.random.default_rng(12)
+  for trial in range(12):
+    case = cases.random_case(rng, steps=3)
+    for safe in (1, None):
+      opts = case.opts.replace(label_safe=safe) if safe else case.opts
+      want_mode = "adapt" if safe else "source"
+      for fn in (ops.forge_recalib_c, ops.forge_recalib_reference):
+        got_state = ops.RecalibState(case.beta, case.gamma_abs)
+        want_state = ops.RecalibState(case.beta, case.gamma_abs)
+        for xb in case.batches:
+          got = fn(xb, got_state, opts, case.quant, "adapt_safe")
+          want = fn(xb, want_state, opts, case.quant, want_mode)
+          np.testing.assert_array_equal(got, want, err_msg=f"{fn.__name__} {trial}")
+        assert got_state.data.tobytes() == want_state.data.tobytes()
+
+
+def test_label_safe_is_an_option_bit():
+  assert ops.RecalibOptions(window=8, label_safe=1).label_safe == 1
+  assert ops.RecalibOptions(window=8, label_safe=0).label_safe is None  # The C default.
+  with pytest.raises(ValueError, match="label_safe must be 0 or 1"):
+    ops.RecalibOptions(window=8, label_safe=2)
+  opts = ops.RecalibOptions(window=8, label_safe=1)
+  assert ops.decode_options(ops.encode_options(opts)) == opts

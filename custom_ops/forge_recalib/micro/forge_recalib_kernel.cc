@@ -361,7 +361,7 @@ TfLiteStatus Eval(TfLiteContext* context, TfLiteNode* node) {
   const bool classes = kFloatArith && data->opts.classes > 0;
   int32_t mode = FORGE_RECALIB_MODE_ADAPT;
   if (control != nullptr) {
-    mode = control->mode;
+    mode = forge_recalib_mode_for(&data->opts, control->mode);
     // Labels committed since the last Eval: the deferred class update first.
     if (classes && data->seen_labels != control->label_generation) {
       data->seen_labels = control->label_generation;

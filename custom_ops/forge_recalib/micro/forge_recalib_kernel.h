@@ -74,14 +74,11 @@ struct ForgeRecalibControl {
   // (ObserveOutput, SPEC "Observe"), not labels for the pending images.
   bool observe_only = false;
 
-  // mode: FORGE_RECALIB_MODE_ADAPT, _FROZEN or _SOURCE; other values are
-  // ignored and return false.
+  // mode: FORGE_RECALIB_MODE_ADAPT, _FROZEN, _SOURCE or _ADAPT_SAFE (each op
+  // adapts where its option label_safe is set, else runs source mode); other
+  // values are ignored and return false.
   bool SetMode(int32_t new_mode) {
-    if (new_mode != FORGE_RECALIB_MODE_ADAPT &&
-        new_mode != FORGE_RECALIB_MODE_FROZEN &&
-        new_mode != FORGE_RECALIB_MODE_SOURCE) {
-      return false;
-    }
+    if (new_mode < 0 || new_mode >= FORGE_RECALIB_MODE_COUNT) return false;
     mode = new_mode;
     return true;
   }

@@ -9,7 +9,7 @@
 
 namespace forge_recalib_test {
 
-// Stream: shape [2, 3, 3, 5], RecalibOptions(momentum=0.25, window=None, eps=0.0010000000474974513, activation='relu6', variance='running', classes=None, class_margin=None, class_guard=None, arithmetic=None), QuantParams(s_x=0.05, z_x=-7, s_y=0.03, z_y=-100)
+// Stream: shape [2, 3, 3, 5], RecalibOptions(momentum=0.25, window=None, eps=0.0010000000474974513, activation='relu6', variance='running', classes=None, class_margin=None, class_guard=None, arithmetic=None, label_safe=None), QuantParams(s_x=0.05, z_x=-7, s_y=0.03, z_y=-100)
 constexpr int kStreamRank = 4;
 constexpr int kStreamDims[] = {4, 2, 3, 3, 5};
 constexpr int kStreamChannels = 5;
@@ -81,7 +81,7 @@ const int8_t kStreamExpectedFrozenClean[90] = {
     -87, -67, -100, -100, -100, -100, -67, -100, -63, -100, -100, 32, -45, -100, -100, -30,
     -100, -37, -80, -100, -77, -57, -87, -65, -45, -100};
 
-// Window: shape [8, 3], RecalibOptions(momentum=None, window=16, eps=9.999999747378752e-06, activation='relu', variance='batch', classes=None, class_margin=None, class_guard=None, arithmetic=None), QuantParams(s_x=0.1, z_x=3, s_y=0.02, z_y=-128)
+// Window: shape [8, 3], RecalibOptions(momentum=None, window=16, eps=9.999999747378752e-06, activation='relu', variance='batch', classes=None, class_margin=None, class_guard=None, arithmetic=None, label_safe=None), QuantParams(s_x=0.1, z_x=3, s_y=0.02, z_y=-128)
 constexpr int kWindowRank = 2;
 constexpr int kWindowDims[] = {2, 8, 3};
 constexpr int kWindowChannels = 3;
@@ -117,7 +117,7 @@ const int8_t kWindowExpectedFrozenClean[24] = {
     -128, -103, -128, -128, -128, -128, -3, -128, -28, -128, -128, -128, -128, -128, -128, -128,
     -13, 37, -128, -128, -128, -128, -103, -128};
 
-// Lut: shape [4, 16, 16, 1], RecalibOptions(momentum=0.5, window=None, eps=9.999999747378752e-06, activation='none', variance='running', classes=None, class_margin=None, class_guard=None, arithmetic=None), QuantParams(s_x=0.02, z_x=0, s_y=0.05, z_y=10)
+// Lut: shape [4, 16, 16, 1], RecalibOptions(momentum=0.5, window=None, eps=9.999999747378752e-06, activation='none', variance='running', classes=None, class_margin=None, class_guard=None, arithmetic=None, label_safe=None), QuantParams(s_x=0.02, z_x=0, s_y=0.05, z_y=10)
 constexpr int kLutRank = 4;
 constexpr int kLutDims[] = {4, 4, 16, 16, 1};
 constexpr int kLutChannels = 1;
@@ -399,7 +399,7 @@ const int8_t kLutExpectedFrozenClean[1024] = {
     14, 7, -25, -1, -3, 16, 5, -6, -1, -7, 2, -17, -1, -6, -9, -12,
     18, -17, -14, 9, 8, 4, -7, -8, -3, 5, 2, 14, 16, 36, -12, -10};
 
-// Classes: shape [2, 3, 3, 4], RecalibOptions(momentum=None, window=6, eps=9.999999747378752e-06, activation='relu', variance='running', classes=3, class_margin=None, class_guard=None, arithmetic=None), QuantParams(s_x=0.05, z_x=-7, s_y=0.03, z_y=-100): adapt, commit labels per step, then frozen on step 0's input
+// Classes: shape [2, 3, 3, 4], RecalibOptions(momentum=None, window=6, eps=9.999999747378752e-06, activation='relu', variance='running', classes=3, class_margin=None, class_guard=None, arithmetic=None, label_safe=None), QuantParams(s_x=0.05, z_x=-7, s_y=0.03, z_y=-100): adapt, commit labels per step, then frozen on step 0's input
 constexpr int kClassesElements = 72;
 constexpr int kClassesBatch = 2;
 constexpr int kClassesSteps = 4;
@@ -488,7 +488,7 @@ const int8_t kClassesExpectedFrozen[72] = {
     -100, -42, -70, -100, -100, -100, 28, -100, -100, -77, -83, -100, -73, -100, -6, -100,
     -100, -70, -100, -72, -100, -67, -100, -100};
 
-// ClassMargin: shape [2, 3, 3, 4], RecalibOptions(momentum=None, window=6, eps=9.999999747378752e-06, activation='relu', variance='running', classes=3, class_margin=50, class_guard=None, arithmetic=None), QuantParams(s_x=0.05, z_x=-7, s_y=0.03, z_y=-100): adapt, commit logits (CommitOutput) per step, then frozen on step 0's input
+// ClassMargin: shape [2, 3, 3, 4], RecalibOptions(momentum=None, window=6, eps=9.999999747378752e-06, activation='relu', variance='running', classes=3, class_margin=50, class_guard=None, arithmetic=None, label_safe=None), QuantParams(s_x=0.05, z_x=-7, s_y=0.03, z_y=-100): adapt, commit logits (CommitOutput) per step, then frozen on step 0's input
 constexpr int kClassMarginElements = 72;
 constexpr int kClassMarginBatch = 2;
 constexpr int kClassMarginSteps = 4;
@@ -580,7 +580,7 @@ const int8_t kClassMarginExpectedFrozen[72] = {
     -45, -100, -93, -100, -100, -100, -46, -100, -100, -97, -100, -100, -100, -100, -45, -100,
     -70, -95, -100, -68, -99, -100, -93, -86};
 
-// ClassGuard: shape [2, 3, 3, 4], RecalibOptions(momentum=None, window=6, eps=9.999999747378752e-06, activation='relu', variance='running', classes=3, class_margin=50, class_guard=128, arithmetic=None), QuantParams(s_x=0.05, z_x=-7, s_y=0.03, z_y=-100): adapt, commit logits (CommitOutput) per step, then frozen on step 0's input
+// ClassGuard: shape [2, 3, 3, 4], RecalibOptions(momentum=None, window=6, eps=9.999999747378752e-06, activation='relu', variance='running', classes=3, class_margin=50, class_guard=128, arithmetic=None, label_safe=None), QuantParams(s_x=0.05, z_x=-7, s_y=0.03, z_y=-100): adapt, commit logits (CommitOutput) per step, then frozen on step 0's input
 constexpr int kClassGuardElements = 72;
 constexpr int kClassGuardBatch = 2;
 constexpr int kClassGuardSteps = 12;
@@ -747,7 +747,7 @@ const int8_t kClassGuardExpectedFrozen[72] = {
     -100, -100, -100, -88, -81, -100, -89, -100, -100, -100, -100, -85, -100, -100, -100, -100,
     -87, -100, -100, -100, -62, -77, -100, -85};
 
-// ClassObserve: shape [2, 3, 3, 4], RecalibOptions(momentum=None, window=6, eps=9.999999747378752e-06, activation='relu', variance='running', classes=3, class_margin=50, class_guard=128, arithmetic=None), QuantParams(s_x=0.05, z_x=-7, s_y=0.03, z_y=-100): 6 source steps with ObserveOutput, then adapt steps with CommitOutput, then frozen on step 0's input
+// ClassObserve: shape [2, 3, 3, 4], RecalibOptions(momentum=None, window=6, eps=9.999999747378752e-06, activation='relu', variance='running', classes=3, class_margin=50, class_guard=128, arithmetic=None, label_safe=None), QuantParams(s_x=0.05, z_x=-7, s_y=0.03, z_y=-100): 6 source steps with ObserveOutput, then adapt steps with CommitOutput, then frozen on step 0's input
 constexpr int kClassObserveElements = 72;
 constexpr int kClassObserveBatch = 2;
 constexpr int kClassObserveSteps = 12;

@@ -70,7 +70,7 @@ const char* forge_recalib_arithmetic_name(int32_t code) {
 
 const char* forge_recalib_mode_name(int32_t code) {
   static const char* const kNames[FORGE_RECALIB_MODE_COUNT] = {
-      "adapt", "frozen", "source"};
+      "adapt", "frozen", "source", "adapt_safe"};
   return name_of(kNames, FORGE_RECALIB_MODE_COUNT, code);
 }
 
@@ -92,6 +92,13 @@ void forge_recalib_options_default(forge_recalib_options* opts) {
   opts->class_margin = 0;
   opts->class_guard = 0;
   opts->arithmetic = FORGE_RECALIB_ARITH_FLOAT;
+  opts->label_safe = 0;
+}
+
+int32_t forge_recalib_mode_for(const forge_recalib_options* opts, int32_t mode) {
+  if (mode != FORGE_RECALIB_MODE_ADAPT_SAFE) return mode;
+  return opts != NULL && opts->label_safe ? FORGE_RECALIB_MODE_ADAPT
+                                          : FORGE_RECALIB_MODE_SOURCE;
 }
 
 int forge_recalib_validate_options(const forge_recalib_options* opts,
@@ -146,6 +153,9 @@ int forge_recalib_validate_options(const forge_recalib_options* opts,
   if (opts->arithmetic != FORGE_RECALIB_ARITH_FLOAT &&
       opts->arithmetic != FORGE_RECALIB_ARITH_INT) {
     return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS, "unknown arithmetic");
+  }
+  if (opts->label_safe != 0 && opts->label_safe != 1) {
+    return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS, "label_safe must be 0 or 1");
   }
   if (opts->arithmetic == FORGE_RECALIB_ARITH_INT && opts->classes != 0) {
     return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS,

@@ -70,6 +70,8 @@ typedef enum {
   FORGE_RECALIB_MODE_FROZEN = 1, /* renormalize with the current state */
   FORGE_RECALIB_MODE_SOURCE = 2, /* renormalize with the clean targets
                                     (beta, gamma_abs^2); state untouched */
+  FORGE_RECALIB_MODE_ADAPT_SAFE = 3, /* ADAPT where option label_safe is 1, SOURCE
+                                        elsewhere (forge_recalib_mode_for) */
   FORGE_RECALIB_MODE_COUNT
 } forge_recalib_mode;
 
@@ -139,7 +141,8 @@ const char* forge_recalib_path_name(int32_t code);
   X(classes, INT)                      \
   X(class_margin, INT)                 \
   X(class_guard, INT)                  \
-  X(arithmetic, ARITHMETIC)
+  X(arithmetic, ARITHMETIC)            \
+  X(label_safe, INT)
 
 typedef struct {
   int32_t use_window; /* 0: fixed momentum, 1: window (m = min(1, N/W)) */
@@ -158,7 +161,13 @@ typedef struct {
                            look correlated (SPEC "Guard"); the detector's
                            label-histogram window L */
   int32_t arithmetic;   /* forge_recalib_arithmetic; INT excludes classes */
+  int32_t label_safe;   /* 0 or 1: adapts in mode ADAPT_SAFE (SPEC "Modes") */
 } forge_recalib_options;
+
+/* The mode an op with these options runs for the mode it is given: ADAPT_SAFE
+ * becomes ADAPT where label_safe is set, else SOURCE; other modes stay. Every
+ * caller (the TFLM kernel, the Python binding) resolves through this. */
+int32_t forge_recalib_mode_for(const forge_recalib_options* opts, int32_t mode);
 
 /* forge_recalib_quant.magic once forge_recalib_prepare_quant has filled it. */
 #define FORGE_RECALIB_QUANT_MAGIC 0x46524351u /* "FRCQ" */

@@ -219,7 +219,8 @@ int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
   }
   bool has_momentum = false, has_window = false, has_eps = false,
        has_activation = false, has_variance = false, has_classes = false,
-       has_class_margin = false, has_class_guard = false, has_arithmetic = false;
+       has_class_margin = false, has_class_guard = false, has_arithmetic = false,
+       has_label_safe = false;
   for (size_t i = 0; i < keys.size(); ++i) {
     const flexbuffers::Reference key_ref = keys[i];
     if (!key_ref.IsKey()) return Fail(msg, "malformed flexbuffer options: key");
@@ -299,9 +300,18 @@ int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
                       &out->arithmetic)) {
         return Fail(msg, "unknown arithmetic (float, int)");
       }
+    } else if (KeyIs(key, "label_safe")) {
+      if (has_label_safe) return Fail(msg, "duplicate option key 'label_safe'");
+      has_label_safe = true;
+      const OptionRead r = ReadInt(raw, 0, 1, &out->label_safe);
+      if (r == OptionRead::kWrongType) {
+        return Fail(msg, "option 'label_safe' must be an integer");
+      }
+      if (r == OptionRead::kOutOfRange) return Fail(msg, "label_safe must be 0 or 1");
     } else {
       return Fail(msg, "unknown option key (momentum, window, eps, activation, "
-                       "variance, classes, class_margin, class_guard, arithmetic)");
+                       "variance, classes, class_margin, class_guard, arithmetic, "
+                       "label_safe)");
     }
   }
   if (has_momentum == has_window) {
