@@ -80,11 +80,14 @@ def _timed(key):
 # ---------------------------------------------------------------- artifacts
 
 def _converter_hash(model: str = MODEL) -> str:
-  """Model bytes + converter sources: a converter change reconverts."""
+  """Model bytes + converter sources (and the op's header, whose constants the manifest
+  states): a converter change reconverts."""
   h = hashlib.sha256()
   with open(model, "rb") as f:
     h.update(f.read())
   for path in sorted(glob.glob(os.path.join(REPO_ROOT, "converter", "*.py")) +
+                     glob.glob(os.path.join(REPO_ROOT, "custom_ops", "forge_recalib", "src",
+                                            "*.h")) +
                      glob.glob(os.path.join(REPO_ROOT, "forge_tflm", "ops", "*.py")) +
                      glob.glob(os.path.join(REPO_ROOT, "forge_tflm", "*.py"))):
     with open(path, "rb") as f:
