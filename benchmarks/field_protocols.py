@@ -65,13 +65,18 @@ def main(argv=None) -> int:
   ap.add_argument("--limit", type=int, default=0, help="images per corruption (0: all)")
   ap.add_argument("--batch_size", type=int, default=64)
   ap.add_argument("--orderings", type=int, default=3)
-  ap.add_argument("--gate_period", type=int, default=1024)
+  ap.add_argument("--gate_period", type=int, default=None,
+                  help="default: a device's (forge_tflm.evaluation.gate.DEVICE_PERIOD)")
   ap.add_argument("--settings", default=",".join(str(i) for i in range(len(SETTINGS))),
                   help="indices into the table's rows, comma-separated")
   ap.add_argument("--executor", default="inline", help="forge_tflm eval --executor")
   ap.add_argument("--output", default=None)
   args = ap.parse_args(argv)
   from forge_tflm.cli.main import main as cli
+  from forge_tflm.evaluation.gate import DEVICE_PERIOD
+
+  if args.gate_period is None:
+    args.gate_period = DEVICE_PERIOD
 
   methods = ["source", "forge", "forge-gated"]
   if args.keras_model:
