@@ -10,15 +10,14 @@ as each FORGE op's fourth input, its option `classes` set to K.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
 from ai_edge_litert import schema_py_generated as schema
 
 from forge_tflm import tflite_graph as tg
+from forge_tflm.converter import insert
 from forge_tflm.converter.sites import ConversionError
-from forge_tflm.ops import encode_options
 
 
 def measure(tflite: bytes, x_int8: np.ndarray, labels: np.ndarray,
@@ -85,6 +84,5 @@ def add_to_model(model: "schema.ModelT", offsets: dict[int, np.ndarray],
     t.name = f"{site.site.name}/forge_class_offsets"
     sg.tensors.append(t)
     op.inputs = list(op.inputs) + [len(sg.tensors) - 1]
-    op.customOptions = list(encode_options(options))
-    out[out.index(site)] = dataclasses.replace(site, options=options)
+    out[out.index(site)] = insert.with_options(model, site, options)
   return out

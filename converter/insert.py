@@ -118,3 +118,11 @@ def insert_recalib(model: "schema.ModelT", sites: list[BNSite], op_index: dict[s
   subgraph.operators = ops
   return [dataclasses.replace(s, op_index=forge_index[op_index[s.site.name]])
           for s in inserted]
+
+
+def with_options(model: "schema.ModelT", site: InsertedSite,
+                 options: RecalibOptions) -> InsertedSite:
+  """`site` with `options`, written into its FORGE op's custom options (a later pass
+  that sets an option: class offsets, label-safe sites)."""
+  model.subgraphs[0].operators[site.op_index].customOptions = list(encode_options(options))
+  return dataclasses.replace(site, options=options)

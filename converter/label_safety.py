@@ -16,11 +16,9 @@ among the sites (the input-resolution stage). It costs no memory: one option bit
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
-from forge_tflm.ops import encode_options
+from forge_tflm.converter import insert
 
 
 def safe_op_indices(model_t, inserted: list) -> set[int]:
@@ -38,12 +36,5 @@ def mark(model_t, inserted: list) -> list:
   """Sets option label_safe on the label-safe sites' ops; returns `inserted` with the
   options they now carry."""
   safe = safe_op_indices(model_t, inserted)
-  out = []
-  for site in inserted:
-    if site.op_index in safe:
-      options = site.options.replace(label_safe=1)
-      model_t.subgraphs[0].operators[site.op_index].customOptions = list(
-          encode_options(options))
-      site = dataclasses.replace(site, options=options)
-    out.append(site)
-  return out
+  return [insert.with_options(model_t, s, s.options.replace(label_safe=1))
+          if s.op_index in safe else s for s in inserted]

@@ -637,6 +637,11 @@ bool LoadImage(const Session& s, size_t n) {
   return s.config->read_image(s.config->read_image_user, n, dst, s.input_bytes);
 }
 
+// The op's mode for each ForgeControllerStep (a probe's passes are set one by one).
+const int32_t kStepModes[] = {FORGE_RECALIB_MODE_ADAPT, FORGE_RECALIB_MODE_ADAPT,
+                              FORGE_RECALIB_MODE_ADAPT_SAFE, FORGE_RECALIB_MODE_SOURCE,
+                              FORGE_RECALIB_MODE_SOURCE, FORGE_RECALIB_MODE_FROZEN};
+
 // A probed image: the source pass, then the adapting one on the same image; the
 // output tensor ends up holding the path chosen last (the source before the
 // first decision).
@@ -647,8 +652,7 @@ TfLiteStatus RunProbe(Session* s, ForgeControllerEvent* event) {
   if (status != kTfLiteOk) return status;
   memcpy(s->source_logits, s->output->data.int8, s->num_classes);
   memcpy(s->input->data.int8, s->probe_input, s->input_bytes);
-  s->mode->Set(forge_controller_correlated(&s->gate) ? FORGE_RECALIB_MODE_ADAPT_SAFE
-                                                     : FORGE_RECALIB_MODE_ADAPT);
+  s->mode->Set(kStepModes[forge_controller_adapt_step(&s->gate)]);
   status = s->interpreter->Invoke();
   if (status != kTfLiteOk) return status;
   s->mode->CommitPrediction(s->output->data.int8, s->num_classes);
@@ -666,13 +670,9 @@ TfLiteStatus RunGated(Session* s, const char** path, ForgeControllerEvent* event
     *path = forge_controller_adapting(&s->gate) ? "adapt" : "source";
     return RunProbe(s, event);
   }
-  // Indexed by ForgeControllerStep (PROBE is handled above).
-  static const int32_t kModes[] = {FORGE_RECALIB_MODE_ADAPT, FORGE_RECALIB_MODE_ADAPT,
-                                   FORGE_RECALIB_MODE_ADAPT_SAFE, FORGE_RECALIB_MODE_SOURCE,
-                                   FORGE_RECALIB_MODE_SOURCE, FORGE_RECALIB_MODE_FROZEN};
   static const char* const kPaths[] = {"adapt", "adapt", "adapt", "source", "source",
                                        "frozen"};
-  s->mode->Set(kModes[step]);
+  s->mode->Set(kStepModes[step]);
   *path = kPaths[step];
   const TfLiteStatus status = s->interpreter->Invoke();
   if (status == kTfLiteOk &&

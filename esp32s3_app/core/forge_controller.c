@@ -53,12 +53,13 @@ bool forge_controller_init(ForgeController* c, const ForgeControllerSettings* se
   return true;
 }
 
+ForgeControllerStep forge_controller_adapt_step(const ForgeController* c) {
+  return forge_controller_correlated(c) ? FORGE_CONTROLLER_ADAPT_SAFE : FORGE_CONTROLLER_ADAPT;
+}
+
 ForgeControllerStep forge_controller_next(const ForgeController* c) {
   if (c->probing) return FORGE_CONTROLLER_PROBE;
-  if (c->adapting) {
-    return forge_controller_correlated(c) ? FORGE_CONTROLLER_ADAPT_SAFE
-                                          : FORGE_CONTROLLER_ADAPT;
-  }
+  if (c->adapting) return forge_controller_adapt_step(c);
   if (!c->settings.keep_state) return FORGE_CONTROLLER_FROZEN;
   return c->observing ? FORGE_CONTROLLER_OBSERVE : FORGE_CONTROLLER_SOURCE;
 }

@@ -5,8 +5,8 @@
 //   ForgeController c;  forge_controller_init(&c, &settings, classes, scale, zp);
 //   for each batch of n images (n = 1 on a device):
 //     switch (forge_controller_next(&c)) {
-//       case FORGE_CONTROLLER_PROBE:   run SOURCE -> src and, as
-//         forge_controller_correlated(&c) says, ADAPT_SAFE or ADAPT -> adp;
+//       case FORGE_CONTROLLER_PROBE:   run SOURCE -> src and
+//         forge_controller_adapt_step(&c) (ADAPT or ADAPT_SAFE) -> adp;
 //         predict with forge_controller_adapting(&c) ? adp : src;
 //         event = forge_controller_probed(&c, src, adp, n);
 //         if (event == FORGE_CONTROLLER_OFF_RESET) reset FORGE to its targets;
@@ -27,8 +27,9 @@
 // diversity gain H(mean p_adapted) - H(mean p_source) exceeds delta (p: the
 // softmax of the int8 outputs, or the outputs themselves where they carry the int8
 // SOFTMAX quantization, scale 1/256 and zero point -128). From early_images probed
-// images on, a score above early_delta decides "on" early. Decisions fall at the end of a call (a batch).
-// With period > 0 a new probe starts period images after the last one started.
+// images on, a score above early_delta decides "on" early. Decisions fall at the
+// end of a call (a batch). With period > 0 a new probe starts period images after
+// the last one started.
 //
 // One label-correlation detector per model reads every image's predicted class
 // (the source's during a probe, else the output the image was given): the rate at
@@ -130,6 +131,9 @@ const char* forge_controller_check(const ForgeControllerSettings* settings);
 bool forge_controller_init(ForgeController* c, const ForgeControllerSettings* settings,
                            int num_classes, float output_scale, int32_t output_zero_point);
 ForgeControllerStep forge_controller_next(const ForgeController* c);
+// How the adapting path runs now: FORGE_CONTROLLER_ADAPT, or _ADAPT_SAFE while the
+// detector flags (a probe's adapting pass and the ADAPT steps alike).
+ForgeControllerStep forge_controller_adapt_step(const ForgeController* c);
 static inline bool forge_controller_adapting(const ForgeController* c) {
   return c->adapting;
 }

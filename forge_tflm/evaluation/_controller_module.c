@@ -100,6 +100,11 @@ static PyObject* controller_next(ControllerObject* self, PyObject* unused) {
   return PyLong_FromLong(forge_controller_next(&self->c));
 }
 
+static PyObject* controller_adapt_step(ControllerObject* self, PyObject* unused) {
+  (void)unused;
+  return PyLong_FromLong(forge_controller_adapt_step(&self->c));
+}
+
 static PyObject* controller_probed(ControllerObject* self, PyObject* args) {
   Py_buffer src, adp;
   unsigned int n;
@@ -161,6 +166,8 @@ static PyObject* get_count(ControllerObject* self, void* which) {
 
 static PyMethodDef controller_methods[] = {
     {"next", (PyCFunction)controller_next, METH_NOARGS, "The next step (STEP_*)."},
+    {"adapt_step", (PyCFunction)controller_adapt_step, METH_NOARGS,
+     "How the adapting path runs now: STEP_ADAPT or STEP_ADAPT_SAFE."},
     {"probed", (PyCFunction)controller_probed, METH_VARARGS,
      "probed(source, adapted, n): n probed images; returns the event (EVENT_*)."},
     {"ran", (PyCFunction)controller_ran, METH_VARARGS,

@@ -251,6 +251,8 @@ class RecalibOp:
     self._prepared = core().Prepared(options, float(quant.s_x), int(quant.z_x),
                                      float(quant.s_y), int(quant.z_y),
                                      self.state.beta, self.state.gamma_abs)
+    # What mode adapt_safe is for this op: the C core's rule (forge_recalib_mode_for).
+    self._adapt_safe = MODES[self._prepared.mode_for(_MODE_CODES["adapt_safe"])]
 
   def with_options(self, options: RecalibOptions) -> "RecalibOp":
     """The same node (sharing its state) prepared with other options; another
@@ -277,9 +279,9 @@ class RecalibOp:
     x, may be x itself) receives it. Errors raise ValueError, nothing written."""
     if out is None:
       out = np.empty_like(x) if isinstance(x, np.ndarray) else None
-    # The C core's rule (forge_recalib_mode_for): adapt_safe is adapt or source here.
-    code = self._prepared.mode_for(_code(_MODE_CODES, mode, "mode"))
-    mode = MODES[code]
+    if mode == "adapt_safe":
+      mode = self._adapt_safe
+    code = _code(_MODE_CODES, mode, "mode")
     st = self.state
     pending = None
     if self.class_balanced and mode != "source":
