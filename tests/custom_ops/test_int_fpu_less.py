@@ -4,7 +4,7 @@ Compiles custom_ops/forge_recalib/src/forge_recalib_int.c (SPEC "Integer
 arithmetic": forge_recalib_s8_int, forge_recalib_int_state_reset, the statistics
 pass) alone with arm-none-eabi-gcc for FPU-less cores (Cortex-M0, -M3, soft-float
 ABI) and checks that every symbol it needs from elsewhere is an integer helper
-(libgcc's 64-bit multiply/shift/divide, memcpy/memset): no __aeabi_f*/__aeabi_d*,
+(libgcc's 64-bit multiply/shift/divide, count leading zeros, memcpy/memset): no __aeabi_f*/__aeabi_d*,
 conversions, sqrtf. A Cortex-M4F hard-float build's disassembly must have no VFP
 instruction either. Skips without arm-none-eabi-gcc.
 """
@@ -24,7 +24,7 @@ SRC = os.path.join(REPO_ROOT, "custom_ops", "forge_recalib", "src")
 # Integer helpers an Armv6-M/v7-M build may call (libgcc, libc).
 ALLOWED = {"__aeabi_lmul", "__aeabi_ldivmod", "__aeabi_uldivmod", "__aeabi_llsl",
            "__aeabi_llsr", "__aeabi_lasr", "__aeabi_idiv", "__aeabi_uidiv",
-           "__aeabi_idivmod", "__aeabi_uidivmod", "memcpy", "memset",
+           "__aeabi_idivmod", "__aeabi_uidivmod", "__clzsi2", "memcpy", "memset",
            "__aeabi_memcpy", "__aeabi_memcpy4", "__aeabi_memset", "__aeabi_memset4"}
 ENTRY_POINTS = {"forge_recalib_s8_int", "forge_recalib_int_state_reset"}
 CORES = {"cortex-m0": ["-mcpu=cortex-m0", "-mthumb", "-mfloat-abi=soft"],

@@ -52,7 +52,7 @@ def test_int_parity_randomized():
                   case.modes)
 
 
-@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (64, 8, 8, 64), (65, 32, 32, 1),
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (64, 8, 8, 64), (1, 255, 257, 2), (65, 32, 32, 1),
                                    (4096, 32, 32, 1)])
 def test_int_parity_edges(shape):
   """Saturated inputs, constant channels, M at 2^22, extreme scales and targets."""

@@ -409,12 +409,6 @@ int forge_recalib_s8_hooked(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
 #endif
 
 #if defined(FORGE_RECALIB_CORTEXM_AVAILABLE)
-/* Internal (forge_recalib_cortexm.c, shared with forge_recalib_mve.c): the DSP
- * extension's SPEC I8 loop, a forge_recalib_hooks int_elementwise. */
-int forge_recalib_cortexm_int_elementwise(const int8_t* x, int8_t* y, int32_t M,
-                                          int32_t C, const int32_t* mult,
-                                          const int32_t* bias, int32_t shift,
-                                          const forge_recalib_quant* quant);
 int forge_recalib_s8_cortexm(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
                              int32_t C, const float* beta,
                              const float* gamma_abs, float* state,

@@ -40,8 +40,8 @@
  *     measured on the QEMU Cortex-M4; test/cortexm/README.md).
  *
  *   arithmetic int (forge_recalib_int.c runs the invocation with cm_stats and
- *     this file's SPEC I8 loop, forge_recalib_cortexm_int_elementwise, which
- *     the Helium variant shares): LDRSB, MLA, SSAT-with-shift, STRB per element.
+ *     this file's SPEC I8 loop, cm_int_elementwise): LDRSB, MLA,
+ *     SSAT-with-shift, STRB per element.
  */
 #include "forge_recalib.h"
 
@@ -624,10 +624,9 @@ static void int_channel_c(const int8_t* xp, int8_t* yp, int32_t M, size_t stride
   }
 }
 
-int forge_recalib_cortexm_int_elementwise(const int8_t* x, int8_t* y, int32_t M,
-                                         int32_t C, const int32_t* mult,
-                                         const int32_t* bias, int32_t shift,
-                                         const forge_recalib_quant* quant) {
+static int cm_int_elementwise(const int8_t* x, int8_t* y, int32_t M, int32_t C,
+                              const int32_t* mult, const int32_t* bias,
+                              int32_t shift, const forge_recalib_quant* quant) {
   const int full = quant->qmin == -128 && quant->qmax == 127;
   const size_t last = (size_t)(M - 1) * (size_t)C; /* the odd row, if any */
   int32_t c = 0;
@@ -652,7 +651,7 @@ int forge_recalib_cortexm_int_elementwise(const int8_t* x, int8_t* y, int32_t M,
 
 static const forge_recalib_hooks kCortexmHooks = {
     cm_stats, cm_elementwise, FORGE_RECALIB_CORTEXM_LUT_MIN_M,
-    forge_recalib_cortexm_int_elementwise};
+    cm_int_elementwise};
 
 int forge_recalib_s8_cortexm_path(
     const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,

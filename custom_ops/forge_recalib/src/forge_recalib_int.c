@@ -88,13 +88,48 @@ static int64_t div_round(int64_t n, int64_t d) {
   return n < 0 ? -(int64_t)q : (int64_t)q;
 }
 
+/* floor(n / d) and n % d for 0 < d < 2^16 with the core's 32-bit divide (one
+ * instruction on Armv7-M, Armv8-M mainline and RV32IM) instead of a 64-bit
+ * library division: base-2^16 long division, every partial dividend < 2^32. */
+static uint64_t udiv_small(uint64_t n, uint32_t d, uint32_t* rem) {
+  uint32_t hi = (uint32_t)(n >> 32), lo = (uint32_t)n, qh, q1, q0, r, t;
+  if (hi == 0) {
+    q0 = lo / d;
+    *rem = lo - q0 * d;
+    return q0;
+  }
+  qh = hi / d;
+  r = hi - qh * d;
+  t = (r << 16) | (lo >> 16);
+  q1 = t / d;
+  r = t - q1 * d;
+  t = (r << 16) | (lo & 0xFFFFu);
+  q0 = t / d;
+  *rem = t - q0 * d;
+  return ((uint64_t)qh << 32) | ((uint64_t)q1 << 16) | q0;
+}
+
+/* floor(n / d) and n % d, n >= 0, d > 0: udiv_small where d allows. */
+static uint64_t udiv_rem(uint64_t n, uint32_t d, uint32_t* rem) {
+  uint64_t q;
+  if (d < 65536u) return udiv_small(n, d, rem);
+  q = n / d;
+  *rem = (uint32_t)(n - q * d);
+  return q;
+}
+
+/* x / 2^e rounded half away from zero for x >= 0 (rdbpot64's value there). */
+static uint64_t rshift_round(uint64_t x, int32_t e) {
+  return (x + ((uint64_t)1 << (e - 1))) >> e;
+}
+
 static uint32_t bits_of(const float* f) {
   uint32_t b;
   memcpy(&b, f, sizeof(b)); /* an integer load: no float operation */
   return b;
 }
 
-static fx_t fx_of(uint32_t bits) {
+static inline __attribute__((always_inline)) fx_t fx_of(uint32_t bits) {
   fx_t r;
   uint32_t biased = (bits >> 23) & 255u, frac = bits & 0x7FFFFFu;
   r.neg = bits >> 31;
@@ -125,15 +160,14 @@ static fx_t fx_make(uint32_t neg, uint64_t mant, int32_t exp) {
   return r;
 }
 
-static fx_t fx_mul(fx_t a, fx_t b) {
+static inline __attribute__((always_inline)) fx_t fx_mul(fx_t a, fx_t b) {
   uint64_t p;
   if (a.mant == 0 || b.mant == 0) return fx_make(a.neg ^ b.neg, 0, 0);
   p = (uint64_t)a.mant * (uint64_t)b.mant;
   if (p >= (uint64_t)1 << 61) {
-    return fx_make(a.neg ^ b.neg, (uint64_t)rdbpot64((int64_t)p, 31),
-                   a.exp + b.exp + 1);
+    return fx_make(a.neg ^ b.neg, rshift_round(p, 31), a.exp + b.exp + 1);
   }
-  return fx_make(a.neg ^ b.neg, (uint64_t)rdbpot64((int64_t)p, 30), a.exp + b.exp);
+  return fx_make(a.neg ^ b.neg, rshift_round(p, 30), a.exp + b.exp);
 }
 
 /* a / b, b != 0 (a scale, which validation keeps in [2^-40, 2^40]). */
@@ -148,7 +182,7 @@ static fx_t fx_div(fx_t a, fx_t b) {
 }
 
 /* round(a * 2^frac), ties away from zero, clamped to [lo, hi]. */
-static int64_t fx_fixed(fx_t a, int32_t frac, int64_t lo, int64_t hi) {
+static inline __attribute__((always_inline)) int64_t fx_fixed(fx_t a, int32_t frac, int64_t lo, int64_t hi) {
   const int32_t sh = a.exp - 30 + frac;
   int64_t v;
   if (a.mant == 0 || sh < -62) {
@@ -158,7 +192,7 @@ static int64_t fx_fixed(fx_t a, int32_t frac, int64_t lo, int64_t hi) {
   } else if (sh >= 0) {
     v = (int64_t)a.mant << sh;
   } else {
-    v = rdbpot64((int64_t)a.mant, -sh);
+    v = (int64_t)rshift_round(a.mant, -sh);
   }
   if (a.neg) v = -v;
   return v < lo ? lo : v > hi ? hi : v;
@@ -201,21 +235,22 @@ static void int_reset_channel(const float* beta, const float* gamma_abs,
 }
 
 /* 1 / sqrt(v / 2^12), v in [1, VAR_MAX]: Newton's iteration in Q29 on v shifted
- * by an even count into [2^28, 2^30) (step I5). */
+ * by an even count into [2^28, 2^30) (step I5). Every quantity is positive and
+ * fits 32 bits (y <= 2^30 + 1 after the first step, from below; y^2 / 2^29 <
+ * 2^32; the products < 2^62), so the products are single 32x32->64 multiplies
+ * and rdbpot64 is a rounding shift. */
 static fx_t int_inv_sqrt(int32_t v) {
-  int32_t bits = 0, j, k;
-  int64_t n, y;
-  while (bits < 31 && (v >> bits) != 0) ++bits;
-  j = (30 - bits) >> 1;
-  n = (int64_t)v << (2 * j);
-  y = 1207959552 - 5 * (n >> 3); /* 2.25 - 1.25 X in Q29, X = n / 2^30 */
+  const int32_t j = (__builtin_clz((uint32_t)v) - 2) >> 1; /* (30 - bits) >> 1 */
+  const uint32_t n = (uint32_t)v << (2 * j);
+  uint32_t y = 1207959552u - 5u * (n >> 3); /* 2.25 - 1.25 X in Q29, X = n / 2^30 */
+  int32_t k;
   for (k = 0; k < INT_NEWTON_STEPS; ++k) {
-    const int64_t y2 = rdbpot64(y * y, 29);
-    const int64_t t = rdbpot64(n * y2, 30);
-    y = rdbpot64(y * (3 * ((int64_t)1 << 29) - t), 30);
+    const uint32_t y2 = (uint32_t)rshift_round((uint64_t)y * y, 29);
+    const uint32_t t = (uint32_t)rshift_round((uint64_t)n * y2, 30);
+    y = (uint32_t)rshift_round((uint64_t)y * (3u * (1u << 29) - t), 30);
   }
-  if (y >= (int64_t)1 << 30) return fx_make(0, (uint64_t)y, j - 8);
-  return fx_make(0, (uint64_t)(2 * y), j - 9);
+  if (y >= 1u << 30) return fx_make(0, y, j - 8);
+  return fx_make(0, (uint64_t)2 * y, j - 9);
 }
 
 /* Step I6's gain A = gamma_abs / s_y / sqrt(var + eps) (output steps per x
@@ -250,21 +285,34 @@ static void int_fold(fx_t a, int32_t mu, const float* beta, int32_t c,
   *bias = (int32_t)b;
 }
 
+/* Step I2 for one channel from its sums: the batch mean (Q16) and variance
+ * (Q12), exact as the SPEC's int64 divisions by M. */
+static void int_moments(int32_t s1, int64_t s2, int32_t M, int32_t z_x,
+                        int32_t* mean, int32_t* var_b) {
+  const int64_t n = (int64_t)s1 - (int64_t)M * z_x;
+  const uint64_t an = n < 0 ? (uint64_t)(-n) : (uint64_t)n;
+  /* round(D * 2^12 / M^2), D = M*S2 - S1^2 >= 0: floor(D * 2^13 / M^2) as two
+   * exact floor divisions by M (D * 2^13 itself may pass 2^63). */
+  const uint64_t d = (uint64_t)((int64_t)M * s2 - (int64_t)s1 * s1);
+  uint32_t r;
+  const uint64_t qd = udiv_rem(d, (uint32_t)M, &r);
+  const uint64_t f = (qd << (INT_VAR_FRAC + 1)) +
+                     udiv_rem((uint64_t)r << (INT_VAR_FRAC + 1), (uint32_t)M, &r);
+  const uint64_t m = udiv_rem((an << INT_MU_FRAC) + (uint32_t)(M >> 1), (uint32_t)M, &r);
+  *mean = n < 0 ? -(int32_t)m : (int32_t)m;
+  *var_b = (int32_t)((udiv_rem(f, (uint32_t)M, &r) + 1) >> 1);
+}
+
 /* Steps I2-I4 for one channel from its sums: the state's EMA update. */
 static void int_update(int32_t s1, int64_t s2, int32_t M, int32_t z_x,
                        int32_t m31, int running, int32_t* mu, int32_t* var) {
-  const int64_t m64 = M;
-  const int64_t mean = div_round(((int64_t)s1 - m64 * z_x) * (1 << INT_MU_FRAC), m64);
-  /* round(D * 2^12 / M^2), D = M*S2 - S1^2 >= 0: floor(D * 2^13 / M^2) as two
-   * exact floor divisions by M (D * 2^13 itself may pass 2^63). */
-  const int64_t d = m64 * s2 - (int64_t)s1 * s1;
-  const int64_t f = (d / m64) * ((int64_t)1 << (INT_VAR_FRAC + 1)) +
-                    ((d % m64) << (INT_VAR_FRAC + 1)) / m64;
-  const int64_t var_b = ((f / m64) + 1) >> 1;
-  const int32_t mu_new = *mu + srdhm((int32_t)(mean - *mu), m31);
-  int64_t v_used = var_b;
+  int32_t mean, var_b, mu_new;
+  int64_t v_used;
+  int_moments(s1, s2, M, z_x, &mean, &var_b);
+  mu_new = *mu + srdhm(mean - *mu, m31);
+  v_used = var_b;
   if (running) {
-    const int64_t dm = mean - mu_new;
+    const int64_t dm = (int64_t)mean - mu_new;
     int64_t d2 = rdbpot64(dm * dm, 2 * INT_MU_FRAC - INT_VAR_FRAC);
     if (d2 > FORGE_RECALIB_INT_VAR_MAX) d2 = FORGE_RECALIB_INT_VAR_MAX;
     v_used += d2;

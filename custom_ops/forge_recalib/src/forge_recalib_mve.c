@@ -38,6 +38,10 @@
  *     are filled without evaluation (the blocks are counted on their 16 last
  *     / first entries, four per vector).
  *
+ *   arithmetic int (forge_recalib_int.c runs the invocation with mve_stats and
+ *     this file's SPEC I8 loop, mve_int_elementwise): four channels per vector
+ *     in int32 lanes (below).
+ *
  * Subnormals: should the vector unit flush them to zero (MVE may run with
  * the standard FPSCR value), the outputs do not change: flushing a subnormal
  * A, B, d * A (|d| <= 255) or v changes v = fl(d * A + B) only when v is
@@ -557,10 +561,58 @@ static int mve_elementwise(const int8_t* x, int8_t* y, int32_t M, int32_t C,
   return 1;
 }
 
-/* Arithmetic int: the DSP extension's I8 loop (every Helium core has it). */
+/* ------------------------------------------- per element: arithmetic int
+ * SPEC I8, y = clamp((q * mult + bias) >> S, qmin, qmax), rows inner so a
+ * group's multipliers, biases and bounds stay in registers: 8 channels of a
+ * row per step (two VLDRB.S32), then per vector VMUL.I32 and VADD.I32 (exact:
+ * |q * mult + bias| < 2^31), VSHL.S32 by -S (a truncating arithmetic shift:
+ * the SPEC's >>), VMAX/VMIN, VSTRB.32 (the low byte of each lane). Channels
+ * past the last full group of 8 go four at a time, predicated with VCTP. */
+static void int_group8(const int8_t* xp, int8_t* yp, int32_t M, int32_t C,
+                       const int32_t* mult, const int32_t* bias, int32_t rs,
+                       int32x4_t lo, int32x4_t hi) {
+  const int32x4_t m0 = vldrwq_s32(mult), m1 = vldrwq_s32(mult + 4);
+  const int32x4_t b0 = vldrwq_s32(bias), b1 = vldrwq_s32(bias + 4);
+  int32_t r;
+  for (r = 0; r < M; ++r, xp += C, yp += C) {
+    int32x4_t v0 = vldrbq_s32(xp), v1 = vldrbq_s32(xp + 4);
+    v0 = vshlq_r_s32(vaddq_s32(vmulq_s32(v0, m0), b0), rs);
+    v1 = vshlq_r_s32(vaddq_s32(vmulq_s32(v1, m1), b1), rs);
+    vstrbq_s32(yp, vminq_s32(vmaxq_s32(v0, lo), hi));
+    vstrbq_s32(yp + 4, vminq_s32(vmaxq_s32(v1, lo), hi));
+  }
+}
+
+static void int_group4(const int8_t* xp, int8_t* yp, int32_t M, int32_t C,
+                       const int32_t* mult, const int32_t* bias, int32_t rs,
+                       int32x4_t lo, int32x4_t hi, int32_t lanes) {
+  const mve_pred16_t p = vctp32q((uint32_t)lanes);
+  const int32x4_t m = vldrwq_z_s32(mult, p), b = vldrwq_z_s32(bias, p);
+  int32_t r;
+  for (r = 0; r < M; ++r, xp += C, yp += C) {
+    int32x4_t v = vldrbq_z_s32(xp, p);
+    v = vshlq_r_s32(vaddq_s32(vmulq_s32(v, m), b), rs);
+    vstrbq_p_s32(yp, vminq_s32(vmaxq_s32(v, lo), hi), p);
+  }
+}
+
+static int mve_int_elementwise(const int8_t* x, int8_t* y, int32_t M, int32_t C,
+                               const int32_t* mult, const int32_t* bias,
+                               int32_t shift, const forge_recalib_quant* quant) {
+  const int32x4_t lo = vdupq_n_s32(quant->qmin), hi = vdupq_n_s32(quant->qmax);
+  int32_t c = 0;
+  for (; c + 8 <= C; c += 8) {
+    int_group8(x + c, y + c, M, C, mult + c, bias + c, -shift, lo, hi);
+  }
+  for (; c < C; c += 4) {
+    int_group4(x + c, y + c, M, C, mult + c, bias + c, -shift, lo, hi,
+               C - c < 4 ? C - c : 4);
+  }
+  return 1;
+}
+
 static const forge_recalib_hooks kMveHooks = {
-    mve_stats, mve_elementwise, FORGE_RECALIB_MVE_LUT_MIN_M,
-    forge_recalib_cortexm_int_elementwise};
+    mve_stats, mve_elementwise, FORGE_RECALIB_MVE_LUT_MIN_M, mve_int_elementwise};
 
 int forge_recalib_s8_mve_path(const int8_t* x, int8_t* y, int32_t N,
                               int32_t HW, int32_t C, const float* beta,
