@@ -7,7 +7,8 @@ command), images.bin (the same images, raw, for the host binary) and
 expected.json (the evaluator at batch 1 in reference kernel mode with the same
 adaptation, what `forge_tflm verify-device` compares a device log with). The
 stream is the evaluator's: `forge_tflm eval --corruptions=C --severity=S
---limit=N --seed=K` in ordering --ordering. The artifact must match its manifest.
+--limit=N --seed=K [--label_order=L]` in ordering --ordering. The artifact must
+match its manifest.
 
 All or nothing: --output_dir is checked first (it may hold only an earlier export's
 files, as it is replaced whole), the new set is written into a fresh folder beside
@@ -19,6 +20,8 @@ from __future__ import annotations
 from absl import flags, logging
 
 from forge_tflm.deploy.export import DEFAULT_OUT
+from forge_tflm.evaluation import field_streams
+from forge_tflm.evaluation.gate import DEVICE_PERIOD
 
 POSITIONAL = "artifact"  # forge_tflm export-firmware ARTIFACT
 
@@ -44,8 +47,15 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
                        lower_bound=0, flag_values=fv)
   flags.DEFINE_enum("mode", "adapt", ["adapt", "frozen", "gated"], "FORGE adapting (the"
                     " default), frozen at its clean targets, or gated (the firmware built"
-                    " with CONFIG_FORGE_APP_GATE: forge-gated's default rule, re-probing"
-                    " every 1024 images), as the firmware will run.", flag_values=fv)
+                    " with CONFIG_FORGE_APP_GATE: the field controller's defaults, re-probing"
+                    f" every {DEVICE_PERIOD} images), as the firmware will run.",
+                    flag_values=fv)
+  flags.DEFINE_enum("label_order", "shuffled", list(field_streams.LABEL_ORDERS),
+                    "Labels in the stream, as eval's --label_order: shuffled, dirichlet"
+                    " (--dirichlet_alpha, one image per slot) or sorted (by class).",
+                    flag_values=fv)
+  flags.DEFINE_float("dirichlet_alpha", 0.1, "Concentration of --label_order=dirichlet.",
+                     lower_bound=1e-6, flag_values=fv)
   flags.DEFINE_integer("arena_bytes", None, "TFLM arena size; default: estimated from the"
                        " model and manifest (forge_tflm.deploy.arena).", lower_bound=1024,
                        flag_values=fv)
@@ -61,7 +71,10 @@ def run(fv: flags.FlagValues, command: str) -> int:
                         dataset=fv.dataset, corruption=fv.corruption,
                         severity=fv.severity, images=fv.images, seed=fv.seed,
                         ordering_index=fv.ordering, mode=fv.mode,
-                        arena_bytes=fv.arena_bytes, command=command)
+                        arena_bytes=fv.arena_bytes, command=command,
+                        label_order=field_streams.LabelOrder(
+                            fv.label_order,
+                            fv.dirichlet_alpha if fv.label_order == "dirichlet" else None, 1))
   logging.info("wrote %s: %d images of %s, arena %d B; expected accuracy %.2f%% with "
                "FORGE (%s), %.2f%% frozen at the clean targets", out.out_dir, out.images,
                out.stream, out.arena_bytes, 100 * out.accuracy, fv.mode,

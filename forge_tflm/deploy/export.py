@@ -67,11 +67,14 @@ def export_firmware(artifact_path: str, out_dir: str = DEFAULT_OUT, *, data_dir=
                     severity: int = 5, images: int = 200, seed: int = 0,
                     ordering_index: int = 0, mode: str = "adapt",
                     arena_bytes: int | None = None, command: str = "",
-                    cache_dir: str | None = None, gate=None) -> Export:
+                    cache_dir: str | None = None, gate=None,
+                    label_order=None) -> Export:
   """Writes the firmware inputs and expected outputs for `artifact_path` (see module).
   `gate` (a GateConfig, default: its defaults; no period: gate.DEVICE_PERIOD) sets the
   FORGE_APP_GATE_* values the firmware's gate uses when built with
-  CONFIG_FORGE_APP_GATE; mode "gated" expects such a firmware."""
+  CONFIG_FORGE_APP_GATE; mode "gated" expects such a firmware. `label_order` (a
+  field_streams.LabelOrder, default shuffled) orders the stream as eval's
+  --label_order (e.g. sorted by class, to see the controller's detector on a device)."""
   from forge_tflm.artifact import Artifact
 
   if images < 1:
@@ -84,7 +87,7 @@ def export_firmware(artifact_path: str, out_dir: str = DEFAULT_OUT, *, data_dir=
   defines = device_defines(gate, artifact.manifest.class_balanced)
   stream = corrupted_stream(data_dir, corruption, severity, limit=images, seed=seed,
                             ordering_index=ordering_index, dataset=dataset,
-                            cache_dir=cache_dir)
+                            cache_dir=cache_dir, label_order=label_order)
   x = model_input(artifact, stream.images)
   if mode == "gated":  # Two passes per probed image: no per-op checksums to compare.
     exp = expected_gated(artifact.model, x, gate)
@@ -102,7 +105,9 @@ def export_firmware(artifact_path: str, out_dir: str = DEFAULT_OUT, *, data_dir=
       "artifact": os.path.abspath(artifact_path), "model_sha256": artifact.sha256,
       "model_bytes": len(artifact.model), "stream": stream.name, "dataset": dataset,
       "images": len(x), "input_bytes": int(x[0].size), "seed": seed,
-      "ordering_index": ordering_index, "mode": mode, "kernels": "reference",
+      "ordering_index": ordering_index,
+      "label_order": label_order.spec if label_order is not None else "shuffled",
+      "mode": mode, "kernels": "reference",
       "arena_bytes": arena, "ops": op_names, "forge_ops": forge_ops,
       "accuracy": float(np.mean(exp.predictions == labels)),
       "accuracy_source": float(np.mean(source.predictions == labels)),

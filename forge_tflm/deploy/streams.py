@@ -30,13 +30,17 @@ class ImageStream:
 def corrupted_stream(data_dir: str | None, corruption: str = "gaussian_noise",
                      severity: int = 5, limit: int | None = 200, seed: int = 0,
                      ordering_index: int = 0, dataset: str = "cifar10",
-                     split: str = "test", cache_dir: str | None = None) -> ImageStream:
+                     split: str = "test", cache_dir: str | None = None,
+                     label_order=None) -> ImageStream:
   """The stream `forge_tflm eval --corrupted_from=generated --corruptions=<corruption>
   --severity=<severity> --limit=<limit> --seed=<seed>` presents in ordering
   `ordering_index` (clean subset by seed, corrupted with seed, shuffled by
-  ordering(n, k, seed)); corruptions are cached on disk as the evaluator's are."""
+  ordering(n, k, seed)); corruptions are cached on disk as the evaluator's are.
+  `label_order` (a field_streams.LabelOrder; None or shuffled: as above) presents it
+  as `--label_order` does (e.g. sorted by class)."""
   from forge_tflm.corruptions import corrupt_cached
   from forge_tflm.data import load_dataset
+  from forge_tflm.evaluation.field_streams import presentation_order
   from forge_tflm.evaluation.protocol import ordering
 
   clean = load_dataset(dataset, split, data_dir).random_subset(limit, seed)
@@ -45,9 +49,13 @@ def corrupted_stream(data_dir: str | None, corruption: str = "gaussian_noise",
   else:
     images = corrupt_cached(clean.images, corruption, severity, seed=seed,
                             cache_dir=cache_dir)
-  order = ordering(len(clean.labels), ordering_index, seed)
-  return ImageStream(f"{corruption}-{severity}" if corruption != "clean" else "clean",
-                     images[order], np.asarray(clean.labels)[order], order)
+  name = f"{corruption}-{severity}" if corruption != "clean" else "clean"
+  if label_order is None or label_order.kind == "shuffled":
+    order = ordering(len(clean.labels), ordering_index, seed)
+  else:
+    order = presentation_order(label_order, np.asarray(clean.labels), seed, ordering_index)
+    name += f" ({label_order.spec})"
+  return ImageStream(name, images[order], np.asarray(clean.labels)[order], order)
 
 
 def write_image_stream(path: str, inputs_int8: np.ndarray) -> str:

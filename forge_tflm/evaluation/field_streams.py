@@ -88,6 +88,14 @@ def _rng(seed: int, k: int, salt: int) -> np.random.Generator:
   return np.random.default_rng([seed, k, salt])
 
 
+def presentation_order(label_order: LabelOrder, labels: np.ndarray, seed: int,
+                       k: int) -> np.ndarray:
+  """Ordering k (of seed) of one corruption's stream under `label_order`, as
+  reset_each_shift presents it (not for "shuffled", which keeps the original
+  protocol's orders)."""
+  return label_order.order(labels, _rng(seed, k, 1))
+
+
 def reset_each_shift(streams: Sequence[Stream], label_order: LabelOrder) -> list[Stream]:
   """One stream per corruption (shuffled: exactly the original protocol's orders)."""
   if label_order.kind == "shuffled":
@@ -95,7 +103,7 @@ def reset_each_shift(streams: Sequence[Stream], label_order: LabelOrder) -> list
   out = []
   for s in streams:
     def order(k, seed, labels=s.labels):
-      return label_order.order(labels, _rng(seed, k, 1))
+      return presentation_order(label_order, labels, seed, k)
     out.append(dataclasses.replace(s, order_fn=order, spec=label_order.spec))
   return out
 
@@ -184,4 +192,5 @@ def build(protocol: str, streams: Sequence[Stream], label_order: LabelOrder,
 
 
 __all__ = ["GRADUAL_SEVERITIES", "LABEL_ORDERS", "LabelOrder", "PROTOCOLS", "build",
+           "presentation_order",
            "continual", "gradual", "mixed", "reset_each_shift"]

@@ -386,22 +386,31 @@ def test_export_firmware_runs_bit_exact_on_cortexm(libs, artifacts, tmp_path, bo
               f"--expected={gen}"]) == 0, text[-2000:]
 
 
-def test_export_firmware_gated_runs_bit_exact_on_cortexm(libs, artifacts, tmp_path):
+@pytest.mark.parametrize("order", ["shuffled", "sorted"])
+def test_export_firmware_gated_runs_bit_exact_on_cortexm(libs, artifacts, tmp_path, order):
   """export-firmware --mode=gated -> the Cortex-M4F with --gate -> verify-device: every
-  image's path (source / adapt), logits, FORGE outputs and states and every gate
-  decision identical to the evaluator, which drives the same controller C code.
-  56 images, probe 16, period 40: two decisions."""
+  image's path (source / adapt / adapt_safe), logits, FORGE outputs and states and
+  every gate decision identical to the evaluator, which drives the same controller C
+  code. 56 images, probe 16, period 40: two decisions. Shuffled with the defaults;
+  sorted by class (--label_order=sorted) with every probe deciding "on" (delta -1),
+  where the label-correlation detector must flag the stream, so that the adapting
+  path runs the op's adapt_safe mode on the device."""
   from forge_tflm import deploy
   from forge_tflm.cli.main import main as cli
-  from forge_tflm.deploy.export import export_firmware
+  from forge_tflm.deploy.export import export_firmware, load_expected
+  from forge_tflm.evaluation.field_streams import LabelOrder
   from forge_tflm.evaluation.gate import GateConfig
 
   gen, images = tmp_path / "gen_gated", 56
+  gate = GateConfig(probe_images=16, period=40, delta=-1.0 if order == "sorted" else None)
   with pytest.MonkeyPatch.context() as mp:
     if "FORGE_TFLM_CACHE" not in os.environ:
       mp.setenv("FORGE_TFLM_CACHE", str(tmp_path / "cache"))
     export_firmware(artifacts["forge_all"], str(gen), data_dir=DATA_DIR, images=images,
-                    mode="gated", gate=GateConfig(probe_images=16, period=40))
+                    mode="gated", gate=gate, label_order=LabelOrder(order, None, 1))
+  decisions = load_expected(str(gen))["gate"]["decisions"]
+  assert any(d["correlated"] for d in decisions) is (order == "sorted"), decisions
+  assert order == "shuffled" or all(d["on"] for d in decisions), decisions
   text, _ = run_qemu("an386", build_elf("an386", str(gen)), "--trace=forge --gate")
   run = deploy.parse_app_output(text)
   assert run.ok and run.header["mode"] == "gated", text[-2000:]

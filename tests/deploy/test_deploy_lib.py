@@ -1,9 +1,12 @@
 """forge_tflm.deploy pieces that need no build: checksum, output parser, arrays."""
 
+import os
+
 import numpy as np
 import pytest
 
 from forge_tflm import deploy
+from tests.conftest import SHARED_CIFAR10, SHARED_DATASETS
 
 
 def _checksum_loop(data: bytes) -> int:
@@ -77,3 +80,27 @@ def test_write_c_arrays(tmp_path):
   assert "forge_app_num_images = 2;" in text and "forge_app_image_bytes = 6;" in text
   assert "-6, -5, -4" in text and "forge_app_labels[] = {3, 7};" in text
   assert "extern const int8_t forge_app_images[];" in open(header).read()
+
+
+@pytest.mark.skipif(not os.path.exists(SHARED_CIFAR10), reason="CIFAR-10 not in ../shared")
+@pytest.mark.parametrize("kind", ["sorted", "dirichlet"])
+def test_device_stream_in_a_label_order_is_the_evaluators(kind):
+  """export-firmware --label_order: the images, in the order `forge_tflm eval
+  --label_order=... --batch_size=1` presents ordering k of the same subset."""
+  from forge_tflm.data import load_dataset
+  from forge_tflm.evaluation import field_streams
+  from forge_tflm.evaluation.streams import generated_streams
+
+  data_dir = os.path.join(SHARED_DATASETS, "cifar10")
+  order = field_streams.LabelOrder(kind, 0.01 if kind == "dirichlet" else None, 1)
+  got = deploy.corrupted_stream(data_dir, "fog", 5, limit=40, seed=3, ordering_index=1,
+                                label_order=order)
+  clean = load_dataset("cifar10", "test", data_dir).random_subset(40, 3)
+  want = field_streams.reset_each_shift(list(generated_streams(clean, ["fog"], 5, 3)),
+                                        order)[0]
+  k = want.order(1, 3)
+  np.testing.assert_array_equal(got.images, want.images[k])
+  np.testing.assert_array_equal(got.labels, want.labels[k])
+  assert got.name == f"fog-5 ({order.spec})"
+  if kind == "sorted":  # One run per class present.
+    assert np.count_nonzero(np.diff(got.labels)) == len(np.unique(got.labels)) - 1

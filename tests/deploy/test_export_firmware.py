@@ -28,7 +28,7 @@ def artifact(tmp_path, monkeypatch):
   (tmp_path / "art" / "seed.json").write_text(json.dumps(af.seed_manifest(model)))
 
   def stream(data_dir, corruption, severity, limit, seed, ordering_index, dataset,
-             cache_dir):
+             cache_dir, label_order=None):
     rng = np.random.default_rng(seed)
     return streams.ImageStream("synthetic", rng.integers(0, 256, (limit, 8, 8, 3), np.uint8),
                                rng.integers(0, 10, limit), np.arange(limit))
