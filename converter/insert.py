@@ -78,7 +78,8 @@ def insert_recalib(model: "schema.ModelT", sites: list[BNSite], op_index: dict[s
     pre.shapeSignature = list(out.shapeSignature) if out.shapeSignature is not None else None
     pre.type = out.type
     pre.buffer = 0
-    pre.name = f"{tg.tensor_name(out)}/forge_preact"
+    # The site's name, not the conv output's (often 150+ characters): flash.
+    pre.name = f"{site.name}/forge_preact"
     pre.quantization = tg.make_quant(*pre_quant)
     subgraph.tensors.append(pre)
     pre_idx = len(subgraph.tensors) - 1

@@ -46,6 +46,10 @@ def test_insert_rewires_one_site_and_leaves_the_rest():
   assert rec.op_index == 1 and rec.options == opts and rec.saturated_fraction == 0.001
   assert (rec.input_quant, rec.output_quant) == ((0.07, 3), t0_quant)
   assert rec.output_tensor == tg.tensor_name(sg.tensors[t0])
+  # The new tensors are named by the site (flash: a conv output's name from TF can
+  # run to 150+ characters, and the pre-activation's used to repeat it).
+  assert [tg.tensor_name(sg.tensors[t]) for t in forge.inputs] == \
+      ["bn0/forge_preact", "bn0/forge_beta", "bn0/forge_gamma_abs"]
 
 
 def test_op_indices_count_earlier_insertions_and_the_model_runs():
