@@ -7,8 +7,8 @@ command), images.bin (the same images, raw, for the host binary) and
 expected.json (the evaluator at batch 1 in reference kernel mode with the same
 adaptation, what `forge_tflm verify-device` compares a device log with). The
 stream is the evaluator's: `forge_tflm eval --corruptions=C --severity=S
---limit=N --seed=K [--label_order=L]` in ordering --ordering. The artifact must
-match its manifest.
+--limit=N --seed=K --batch_size=1 [--label_order=L]` in ordering --ordering. The
+artifact must match its manifest.
 
 All or nothing: --output_dir is checked first (it may hold only an earlier export's
 files, as it is replaced whole), the new set is written into a fresh folder beside

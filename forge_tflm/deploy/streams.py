@@ -40,8 +40,7 @@ def corrupted_stream(data_dir: str | None, corruption: str = "gaussian_noise",
   as `--label_order` does (e.g. sorted by class)."""
   from forge_tflm.corruptions import corrupt_cached
   from forge_tflm.data import load_dataset
-  from forge_tflm.evaluation.field_streams import presentation_order
-  from forge_tflm.evaluation.protocol import ordering
+  from forge_tflm.evaluation.field_streams import LabelOrder, presentation_order
 
   clean = load_dataset(dataset, split, data_dir).random_subset(limit, seed)
   if corruption == "clean":
@@ -50,10 +49,9 @@ def corrupted_stream(data_dir: str | None, corruption: str = "gaussian_noise",
     images = corrupt_cached(clean.images, corruption, severity, seed=seed,
                             cache_dir=cache_dir)
   name = f"{corruption}-{severity}" if corruption != "clean" else "clean"
-  if label_order is None or label_order.kind == "shuffled":
-    order = ordering(len(clean.labels), ordering_index, seed)
-  else:
-    order = presentation_order(label_order, np.asarray(clean.labels), seed, ordering_index)
+  label_order = label_order or LabelOrder()
+  order = presentation_order(label_order, np.asarray(clean.labels), seed, ordering_index)
+  if label_order.kind != "shuffled":
     name += f" ({label_order.spec})"
   return ImageStream(name, images[order], np.asarray(clean.labels)[order], order)
 

@@ -31,7 +31,7 @@ from typing import Sequence
 
 import numpy as np
 
-from forge_tflm.evaluation.protocol import Stream
+from forge_tflm.evaluation.protocol import Stream, ordering
 
 PROTOCOLS = ("reset_each_shift", "continual", "gradual", "mixed")
 LABEL_ORDERS = ("shuffled", "dirichlet", "sorted")
@@ -91,8 +91,9 @@ def _rng(seed: int, k: int, salt: int) -> np.random.Generator:
 def presentation_order(label_order: LabelOrder, labels: np.ndarray, seed: int,
                        k: int) -> np.ndarray:
   """Ordering k (of seed) of one corruption's stream under `label_order`, as
-  reset_each_shift presents it (not for "shuffled", which keeps the original
-  protocol's orders)."""
+  reset_each_shift presents it (shuffled: the original protocol's orders)."""
+  if label_order.kind == "shuffled":
+    return ordering(len(labels), k, seed)
   return label_order.order(labels, _rng(seed, k, 1))
 
 

@@ -29,12 +29,17 @@ def artifact(tmp_path, monkeypatch):
 
   def stream(data_dir, corruption, severity, limit, seed, ordering_index, dataset,
              cache_dir, label_order=None):
+    streams_seen.append(label_order)
     rng = np.random.default_rng(seed)
     return streams.ImageStream("synthetic", rng.integers(0, 256, (limit, 8, 8, 3), np.uint8),
                                rng.integers(0, 10, limit), np.arange(limit))
 
+  streams_seen.clear()
   monkeypatch.setattr(export, "corrupted_stream", stream)
   return str(path)
+
+
+streams_seen: list = []  # The label_order each export asked the (synthetic) stream for.
 
 
 def _tree(root) -> dict:
@@ -168,3 +173,17 @@ def test_output_dir_is_checked_before_the_slow_work(tmp_path, artifact, monkeypa
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and str(out) in err[0], err
   assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("flags, spec", [([], "shuffled"), (["--label_order=sorted"], "sorted"),
+                                         (["--label_order=dirichlet", "--dirichlet_alpha=0.5"],
+                                          "dirichlet(alpha=0.5, slot=1)")])
+def test_label_order_flags_reach_the_stream_and_expected_json(tmp_path, artifact, flags, spec):
+  """--label_order / --dirichlet_alpha: the stream's order at batch 1 (one image per
+  Dirichlet slot), recorded in expected.json."""
+  out = tmp_path / "gen"
+  assert cli(["forge_tflm", "export-firmware", artifact, f"--output_dir={out}",
+              f"--images={IMAGES}", *flags]) == 0
+  (order,) = streams_seen
+  assert order.spec == spec
+  assert export.load_expected(str(out))["label_order"] == spec

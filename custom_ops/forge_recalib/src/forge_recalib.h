@@ -382,10 +382,11 @@ int forge_recalib_s8_hooked(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
  *
  *   forge_recalib_s8_cortexm  src/forge_recalib_cortexm.c  Armv7E-M / v8-M
  *       with the DSP extension (Cortex-M4/M7/M33/M55): SIMD32 stats pass,
- *       integer-clamped scalar affine pass, 256-entry table path.
+ *       integer-clamped scalar affine pass, 256-entry table path; arithmetic
+ *       int: its SPEC I8 loop with SSAT.
  *   forge_recalib_s8_mve      src/forge_recalib_mve.c  Armv8.1-M with Helium
  *       floating point (Cortex-M55/M85): vector stats and affine passes,
- *       gather-load table path.
+ *       gather-load table path; arithmetic int: I8 on int32 vectors.
  *   forge_recalib_s8_esp32s3  src/forge_recalib_esp32s3.c  ESP32-S3 (Xtensa
  *       LX7 + PIE, FORGE_RECALIB_ESP32S3 defined by the build): PIE stats
  *       pass, scalar-FPU affine pass, table path with its clamped runs found

@@ -20,33 +20,62 @@
 
 #include "forge_recalib.h"
 
-/* Rows per int32 block of sum(q*q): 65536 * 128^2 = 2^30 < INT32_MAX. */
-#define FORGE_RECALIB_S2_BLOCK 65536
+/* Rows per block of the statistics pass: a block's C channels stay in cache while
+ * each channel's rows are summed in registers (int32: 256 * 128^2 = 2^22). */
+#define FORGE_RECALIB_STATS_ROWS 256
 #define INT_MU_FRAC 16  /* fraction bits of mu and the batch mean */
 #define INT_VAR_FRAC 12 /* of var and the batch variance */
 #define INT_NEWTON_STEPS 4
 
-/* Integer statistics over M rows of C channels: exact (SPEC step 1). */
+/* The per-channel steps inline their fx helpers (about 60 instructions per channel
+ * on a Cortex-M4) and count leading zeros in one instruction where the compiler
+ * says how; other C99 compilers get the same results from the fallbacks. */
+#if defined(__GNUC__) || defined(__clang__)
+#define INT_INLINE static inline __attribute__((always_inline))
+static int32_t int_clz(uint32_t v) { return __builtin_clz(v); } /* v != 0 */
+#else
+#define INT_INLINE static
+static int32_t int_clz(uint32_t v) { /* v != 0 */
+  int32_t n = 0;
+  if (v <= 0xFFFFu) { n += 16; v <<= 16; }
+  if (v <= 0xFFFFFFu) { n += 8; v <<= 8; }
+  if (v <= 0xFFFFFFFu) { n += 4; v <<= 4; }
+  if (v <= 0x3FFFFFFFu) { n += 2; v <<= 2; }
+  if (v <= 0x7FFFFFFFu) n += 1;
+  return n;
+}
+#endif
+
+/* Integer statistics over M rows of C channels: exact (SPEC step 1). Channel by
+ * channel within blocks of rows, so that a core without SIMD keeps both sums in
+ * registers (s2_blk, the variants' scratch, is not needed here). */
 static void stats_pass(const int8_t* x, int32_t M, int32_t C, int64_t* s2,
                        int32_t* s1, int32_t* s2_blk) {
-  int32_t c, row = 0;
+  int32_t c, row;
+  (void)s2_blk;
   for (c = 0; c < C; ++c) {
     s1[c] = 0;
     s2[c] = 0;
   }
-  while (row < M) {
-    int32_t end = M - row > FORGE_RECALIB_S2_BLOCK ? row + FORGE_RECALIB_S2_BLOCK
-                                                   : M;
-    for (c = 0; c < C; ++c) s2_blk[c] = 0;
-    for (; row < end; ++row) {
-      const int8_t* p = x + (size_t)row * (size_t)C;
-      for (c = 0; c < C; ++c) {
-        int32_t q = p[c];
-        s1[c] += q;
-        s2_blk[c] += q * q;
+  for (row = 0; row < M; row += FORGE_RECALIB_STATS_ROWS) {
+    const int32_t n = M - row < FORGE_RECALIB_STATS_ROWS ? M - row
+                                                         : FORGE_RECALIB_STATS_ROWS;
+    for (c = 0; c < C; ++c) {
+      const int8_t* p = x + (size_t)row * (size_t)C + (size_t)c;
+      int32_t a = 0, b = 0, i = 0;
+      for (; i + 4 <= n; i += 4, p += 4 * (size_t)C) { /* loads at register offsets */
+        const int32_t q0 = p[0], q1 = p[C], q2 = p[2 * C], q3 = p[3 * C];
+        a += q0 + q1 + q2 + q3;
+        b += q0 * q0 + q1 * q1 + q2 * q2 + q3 * q3;
       }
+      for (; i < n; ++i, p += C) {
+        const int32_t q = *p;
+        a += q;
+        b += q * q;
+      }
+      s1[c] += a;
+      s2[c] += b;
     }
-    for (c = 0; c < C; ++c) s2[c] += s2_blk[c];
   }
 }
 
@@ -129,7 +158,7 @@ static uint32_t bits_of(const float* f) {
   return b;
 }
 
-static inline __attribute__((always_inline)) fx_t fx_of(uint32_t bits) {
+INT_INLINE fx_t fx_of(uint32_t bits) {
   fx_t r;
   uint32_t biased = (bits >> 23) & 255u, frac = bits & 0x7FFFFFu;
   r.neg = bits >> 31;
@@ -160,7 +189,7 @@ static fx_t fx_make(uint32_t neg, uint64_t mant, int32_t exp) {
   return r;
 }
 
-static inline __attribute__((always_inline)) fx_t fx_mul(fx_t a, fx_t b) {
+INT_INLINE fx_t fx_mul(fx_t a, fx_t b) {
   uint64_t p;
   if (a.mant == 0 || b.mant == 0) return fx_make(a.neg ^ b.neg, 0, 0);
   p = (uint64_t)a.mant * (uint64_t)b.mant;
@@ -182,7 +211,7 @@ static fx_t fx_div(fx_t a, fx_t b) {
 }
 
 /* round(a * 2^frac), ties away from zero, clamped to [lo, hi]. */
-static inline __attribute__((always_inline)) int64_t fx_fixed(fx_t a, int32_t frac, int64_t lo, int64_t hi) {
+INT_INLINE int64_t fx_fixed(fx_t a, int32_t frac, int64_t lo, int64_t hi) {
   const int32_t sh = a.exp - 30 + frac;
   int64_t v;
   if (a.mant == 0 || sh < -62) {
@@ -236,11 +265,11 @@ static void int_reset_channel(const float* beta, const float* gamma_abs,
 
 /* 1 / sqrt(v / 2^12), v in [1, VAR_MAX]: Newton's iteration in Q29 on v shifted
  * by an even count into [2^28, 2^30) (step I5). Every quantity is positive and
- * fits 32 bits (y <= 2^30 + 1 after the first step, from below; y^2 / 2^29 <
- * 2^32; the products < 2^62), so the products are single 32x32->64 multiplies
- * and rdbpot64 is a rounding shift. */
+ * fits 32 bits (y <= 2^30; y^2 / 2^29 <= 2^31; t < 3 * 2^29, so 3 * 2^29 - t
+ * does not wrap; the products < 2^62; checked for every v): the products are
+ * single 32x32->64 multiplies and rshift_round (rdbpot64 for x >= 0) rounds. */
 static fx_t int_inv_sqrt(int32_t v) {
-  const int32_t j = (__builtin_clz((uint32_t)v) - 2) >> 1; /* (30 - bits) >> 1 */
+  const int32_t j = (int_clz((uint32_t)v) - 2) >> 1; /* (30 - bits) >> 1 */
   const uint32_t n = (uint32_t)v << (2 * j);
   uint32_t y = 1207959552u - 5u * (n >> 3); /* 2.25 - 1.25 X in Q29, X = n / 2^30 */
   int32_t k;
@@ -322,19 +351,44 @@ static void int_update(int32_t s1, int64_t s2, int32_t M, int32_t z_x,
   *var = *var + srdhm((int32_t)(v_used - *var), m31);
 }
 
-/* Step I8: y = clamp((q * mult + bias) >> s): int32 throughout, since
- * |q * mult| <= 2^29 and |bias| <= 2^30. */
+/* Step I8 for one element: y = clamp((q * mult + bias) >> s), int32 throughout
+ * (|q * mult| <= 2^29, |bias| <= 2^30); the clamp as two selects, which
+ * compilers make branch-free. */
+static inline int8_t int_affine1(int32_t q, int32_t m, int32_t b, int32_t s,
+                                 int32_t qmin, int32_t qmax) {
+  int32_t v = (q * m + b) >> s;
+  v = v > qmax ? qmax : v;
+  v = v < qmin ? qmin : v;
+  return (int8_t)v;
+}
+
+/* Step I8 for n rows of one channel at stride C, four rows per step (loads and
+ * stores at register offsets). */
+static void int_affine_channel(const int8_t* xp, int8_t* yp, int32_t n, int32_t C,
+                               int32_t m, int32_t b, int32_t s, int32_t qmin,
+                               int32_t qmax) {
+  int32_t i = 0;
+  for (; i + 4 <= n; i += 4, xp += 4 * (size_t)C, yp += 4 * (size_t)C) {
+    yp[0] = int_affine1(xp[0], m, b, s, qmin, qmax);
+    yp[C] = int_affine1(xp[C], m, b, s, qmin, qmax);
+    yp[2 * C] = int_affine1(xp[2 * C], m, b, s, qmin, qmax);
+    yp[3 * C] = int_affine1(xp[3 * C], m, b, s, qmin, qmax);
+  }
+  for (; i < n; ++i, xp += C, yp += C) yp[0] = int_affine1(xp[0], m, b, s, qmin, qmax);
+}
+
+/* Step I8 over M rows of C channels, channel by channel within blocks of rows
+ * (each channel's multiplier and bias stay in registers). */
 static void int_affine_pass(const int8_t* x, int8_t* y, int32_t M, int32_t C,
                             const int32_t* mult, const int32_t* bias, int32_t s,
                             int32_t qmin, int32_t qmax) {
   int32_t row, c;
-  for (row = 0; row < M; ++row) {
-    const int8_t* xp = x + (size_t)row * (size_t)C;
-    int8_t* yp = y + (size_t)row * (size_t)C;
+  for (row = 0; row < M; row += FORGE_RECALIB_STATS_ROWS) {
+    const int32_t n = M - row < FORGE_RECALIB_STATS_ROWS ? M - row
+                                                         : FORGE_RECALIB_STATS_ROWS;
+    const size_t at = (size_t)row * (size_t)C;
     for (c = 0; c < C; ++c) {
-      int32_t v = ((int32_t)xp[c] * mult[c] + bias[c]) >> s;
-      v = v < qmin ? qmin : v > qmax ? qmax : v;
-      yp[c] = (int8_t)v;
+      int_affine_channel(x + at + c, y + at + c, n, C, mult[c], bias[c], s, qmin, qmax);
     }
   }
 }

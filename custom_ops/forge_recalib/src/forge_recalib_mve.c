@@ -4,9 +4,10 @@
  * Compiles to nothing unless the compiler targets MVE-F
  * (FORGE_RECALIB_MVE_AVAILABLE, forge_recalib.h). Validation and every
  * per-channel float32 step are forge_recalib.c's (forge_recalib_s8_hooked);
- * this file replaces the two hot loops, on groups of 8 channels (full groups
- * unpredicated, two per row step where C % 16 == 0; the last group, when
- * C % 8 != 0, predicated with VCTP, so any C works):
+ * this file replaces the hot loops: the float arithmetic's two on groups of 8
+ * channels (full groups unpredicated, two per row step where C % 16 == 0; the
+ * last group, when C % 8 != 0, predicated with VCTP, so any C works), and the
+ * integer arithmetic's per-element loop:
  *
  *   stats: VLDRB.S16 loads 8 channels of a row; VADD.I16 keeps int16 lane sums
  *     of q (exact for <= 256 rows), VMULLB/VMULLT.S16 the even/odd lanes'
