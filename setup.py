@@ -33,9 +33,10 @@ EXT_MODULES = [
         "forge_tflm.evaluation._forge_controller",
         sources=[f"{_APP_CORE_DIR}/forge_controller.c",
                  "forge_tflm/evaluation/_controller_module.c"],
-        include_dirs=[_APP_CORE_DIR],
+        include_dirs=[_APP_CORE_DIR, _CORE_DIR],
         depends=[f"{_APP_CORE_DIR}/forge_controller.h",
-                 f"{_APP_CORE_DIR}/forge_controller_settings.h"],
+                 f"{_APP_CORE_DIR}/forge_controller_settings.h",
+                 f"{_CORE_DIR}/forge_recalib.h"],
         extra_compile_args=["-O2", "-ffp-contract=off", "-std=c99", "-fno-fast-math",
                             "-Wall", "-Wextra"],
         # The evaluator also gates CIFAR-100 and Tiny-ImageNet models; a device build

@@ -637,11 +637,6 @@ bool LoadImage(const Session& s, size_t n) {
   return s.config->read_image(s.config->read_image_user, n, dst, s.input_bytes);
 }
 
-// The op's mode for each ForgeControllerStep (a probe's passes are set one by one).
-const int32_t kStepModes[] = {FORGE_RECALIB_MODE_ADAPT, FORGE_RECALIB_MODE_ADAPT,
-                              FORGE_RECALIB_MODE_ADAPT_SAFE, FORGE_RECALIB_MODE_SOURCE,
-                              FORGE_RECALIB_MODE_SOURCE, FORGE_RECALIB_MODE_FROZEN};
-
 // A probed image: the source pass, then the adapting one on the same image; the
 // output tensor ends up holding the path chosen last (the source before the
 // first decision).
@@ -652,7 +647,7 @@ TfLiteStatus RunProbe(Session* s, ForgeControllerEvent* event) {
   if (status != kTfLiteOk) return status;
   memcpy(s->source_logits, s->output->data.int8, s->num_classes);
   memcpy(s->input->data.int8, s->probe_input, s->input_bytes);
-  s->mode->Set(kStepModes[forge_controller_adapt_step(&s->gate)]);
+  s->mode->Set(forge_controller_op_mode(&s->gate, FORGE_CONTROLLER_PROBE));
   status = s->interpreter->Invoke();
   if (status != kTfLiteOk) return status;
   s->mode->CommitPrediction(s->output->data.int8, s->num_classes);
@@ -672,7 +667,7 @@ TfLiteStatus RunGated(Session* s, const char** path, ForgeControllerEvent* event
   }
   static const char* const kPaths[] = {"adapt", "adapt", "adapt", "source", "source",
                                        "frozen"};
-  s->mode->Set(kStepModes[step]);
+  s->mode->Set(forge_controller_op_mode(&s->gate, step));
   *path = kPaths[step];
   const TfLiteStatus status = s->interpreter->Invoke();
   if (status == kTfLiteOk &&

@@ -3,6 +3,8 @@
 // give them), then everything is double.
 #include "forge_controller.h"
 
+#include "forge_recalib.h"  // the op's modes (forge_controller_op_mode)
+
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
@@ -55,6 +57,15 @@ bool forge_controller_init(ForgeController* c, const ForgeControllerSettings* se
 
 ForgeControllerStep forge_controller_adapt_step(const ForgeController* c) {
   return forge_controller_correlated(c) ? FORGE_CONTROLLER_ADAPT_SAFE : FORGE_CONTROLLER_ADAPT;
+}
+
+int32_t forge_controller_op_mode(const ForgeController* c, ForgeControllerStep step) {
+  switch (step == FORGE_CONTROLLER_PROBE ? forge_controller_adapt_step(c) : step) {
+    case FORGE_CONTROLLER_ADAPT: return FORGE_RECALIB_MODE_ADAPT;
+    case FORGE_CONTROLLER_ADAPT_SAFE: return FORGE_RECALIB_MODE_ADAPT_SAFE;
+    case FORGE_CONTROLLER_FROZEN: return FORGE_RECALIB_MODE_FROZEN;
+    default: return FORGE_RECALIB_MODE_SOURCE;  // SOURCE, OBSERVE
+  }
 }
 
 ForgeControllerStep forge_controller_next(const ForgeController* c) {

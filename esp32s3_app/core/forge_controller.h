@@ -4,9 +4,10 @@
 //
 //   ForgeController c;  forge_controller_init(&c, &settings, classes, scale, zp);
 //   for each batch of n images (n = 1 on a device):
-//     switch (forge_controller_next(&c)) {
+//     switch (step = forge_controller_next(&c)) {  // each run's op mode:
+//                                                   forge_controller_op_mode(&c, step)
 //       case FORGE_CONTROLLER_PROBE:   run SOURCE -> src and
-//         forge_controller_adapt_step(&c) (ADAPT or ADAPT_SAFE) -> adp;
+//         forge_controller_op_mode(&c, step) (ADAPT or ADAPT_SAFE) -> adp;
 //         predict with forge_controller_adapting(&c) ? adp : src;
 //         event = forge_controller_probed(&c, src, adp, n);
 //         if (event == FORGE_CONTROLLER_OFF_RESET) reset FORGE to its targets;
@@ -134,6 +135,9 @@ ForgeControllerStep forge_controller_next(const ForgeController* c);
 // How the adapting path runs now: FORGE_CONTROLLER_ADAPT, or _ADAPT_SAFE while the
 // detector flags (a probe's adapting pass and the ADAPT steps alike).
 ForgeControllerStep forge_controller_adapt_step(const ForgeController* c);
+// The op's mode (forge_recalib_mode, forge_recalib.h) for a step; for
+// FORGE_CONTROLLER_PROBE, its adapting pass's (the source pass runs SOURCE).
+int32_t forge_controller_op_mode(const ForgeController* c, ForgeControllerStep step);
 static inline bool forge_controller_adapting(const ForgeController* c) {
   return c->adapting;
 }

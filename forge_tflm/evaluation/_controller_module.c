@@ -100,9 +100,14 @@ static PyObject* controller_next(ControllerObject* self, PyObject* unused) {
   return PyLong_FromLong(forge_controller_next(&self->c));
 }
 
-static PyObject* controller_adapt_step(ControllerObject* self, PyObject* unused) {
-  (void)unused;
-  return PyLong_FromLong(forge_controller_adapt_step(&self->c));
+static PyObject* controller_op_mode(ControllerObject* self, PyObject* args) {
+  int step;
+  if (!PyArg_ParseTuple(args, "i", &step)) return NULL;
+  if (step < 0 || step > FORGE_CONTROLLER_FROZEN) {
+    PyErr_Format(PyExc_ValueError, "op_mode: unknown step %d", step);
+    return NULL;
+  }
+  return PyLong_FromLong(forge_controller_op_mode(&self->c, (ForgeControllerStep)step));
 }
 
 static PyObject* controller_probed(ControllerObject* self, PyObject* args) {
@@ -166,8 +171,8 @@ static PyObject* get_count(ControllerObject* self, void* which) {
 
 static PyMethodDef controller_methods[] = {
     {"next", (PyCFunction)controller_next, METH_NOARGS, "The next step (STEP_*)."},
-    {"adapt_step", (PyCFunction)controller_adapt_step, METH_NOARGS,
-     "How the adapting path runs now: STEP_ADAPT or STEP_ADAPT_SAFE."},
+    {"op_mode", (PyCFunction)controller_op_mode, METH_VARARGS,
+     "op_mode(step): the op's mode code for a step (STEP_PROBE: its adapting pass)."},
     {"probed", (PyCFunction)controller_probed, METH_VARARGS,
      "probed(source, adapted, n): n probed images; returns the event (EVENT_*)."},
     {"ran", (PyCFunction)controller_ran, METH_VARARGS,

@@ -18,7 +18,8 @@ import numpy as np
 
 from forge_tflm.evaluation import _forge_controller as _c
 from forge_tflm.evaluation.int8_methods import Int8Method
-from forge_tflm.runtime.segmented import ADAPT, ADAPT_SAFE, FROZEN, SOURCE
+from forge_tflm.ops.options import MODES
+from forge_tflm.runtime.segmented import FROZEN, SOURCE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,9 +61,6 @@ USER_SETTINGS = tuple(s for s in SETTINGS if s.name not in MODEL_SETTINGS)
 # budget); label correlation needs no probe (the detector reads every image).
 # field_protocols*.md measure periods 1,024 and 10,240 (bench_mcu_cost.py the cost).
 DEVICE_PERIOD = 10240
-# The op's mode for each controller step (a probe's passes are run one by one).
-_STEP_MODES = {_c.STEP_ADAPT: ADAPT, _c.STEP_ADAPT_SAFE: ADAPT_SAFE,
-               _c.STEP_SOURCE: SOURCE, _c.STEP_OBSERVE: SOURCE, _c.STEP_FROZEN: FROZEN}
 
 
 def _check(config) -> None:
@@ -160,13 +158,13 @@ class GatedForge(Int8Method):
     step, adapting = c.next(), c.adapting
     if step == _c.STEP_PROBE:
       source = self.model.run(x_int8, mode=SOURCE)
-      adapted = self.model.run(x_int8, mode=_STEP_MODES[c.adapt_step()])
+      adapted = self.model.run(x_int8, mode=MODES[c.op_mode(step)])
       event = c.probed(np.ascontiguousarray(source), np.ascontiguousarray(adapted), n)
       y = adapted if adapting else source
       if event != _c.EVENT_NONE:
         self._decided(event)
     else:
-      y = self.model.run(x_int8, mode=_STEP_MODES[step])
+      y = self.model.run(x_int8, mode=MODES[c.op_mode(step)])
       if step == _c.STEP_OBSERVE:
         self.model.observe(y)  # The guard's detector keeps reading (SPEC "Observe").
       c.ran(np.ascontiguousarray(y), n)
