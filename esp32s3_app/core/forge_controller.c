@@ -51,6 +51,7 @@ bool forge_controller_init(ForgeController* c, const ForgeControllerSettings* se
   // probabilities already (a softmax of them would flatten every image towards uniform).
   c->probabilities = output_scale == 1.0f / 256.0f && output_zero_point == -128;
   c->probing = true;
+  c->path = FORGE_CONTROLLER_ADAPT;  // the detector starts clear
   reset_labels(c);
   return true;
 }
@@ -168,12 +169,17 @@ static ForgeControllerEvent maybe_decide(ForgeController* c) {
   return FORGE_CONTROLLER_NONE;
 }
 
+static void start_probe(ForgeController* c) {
+  c->probing = true;
+  c->since_probe = 0;
+  c->path = forge_controller_adapt_step(c);
+  clear_probe(c);
+}
+
 static void advance(ForgeController* c, uint32_t n) {
   c->since_probe += n;
   if (c->settings.period > 0 && !c->probing && c->since_probe >= c->settings.period) {
-    c->probing = true;
-    c->since_probe = 0;
-    clear_probe(c);
+    start_probe(c);
   }
 }
 
@@ -181,6 +187,13 @@ ForgeControllerEvent forge_controller_probed(ForgeController* c, const int8_t* s
                                              const int8_t* adapted, uint32_t n) {
   if (!c->probing || n == 0) return FORGE_CONTROLLER_NONE;
   const int k = c->num_classes;
+  // These images ran the adapting path the detector chose before them: a score sums
+  // one path's images, so a change of path starts the count again.
+  const ForgeControllerStep path = forge_controller_adapt_step(c);
+  if (path != c->path) {
+    clear_probe(c);
+    c->path = path;
+  }
   for (uint32_t i = 0; i < n; ++i) {
     add_image(c, c->sum_source, source + (size_t)i * k);
     add_image(c, c->sum_adapted, adapted + (size_t)i * k);
@@ -196,4 +209,10 @@ void forge_controller_ran(ForgeController* c, const int8_t* outputs, uint32_t n)
   if (c->probing || n == 0) return;
   for (uint32_t i = 0; i < n; ++i) add_label(c, outputs + (size_t)i * c->num_classes);
   advance(c, n);
+  // "Off" for one path says nothing of the other: probe it. (While on, the mode just
+  // follows the detector; a probe each time it switched would double inference for
+  // as long as adapting hid the correlation it had flagged.)
+  if (!c->probing && !c->adapting && forge_controller_adapt_step(c) != c->path) {
+    start_probe(c);
+  }
 }

@@ -149,10 +149,11 @@ def test_reset_starts_a_new_decision():
 
 
 def test_the_probe_ends_at_the_first_batch_that_completes_it():
-  # 256 images by default: 4 batches of 64, 3 batches of 100, 256 of 1.
+  # 256 images by default: 4 batches of 64, 3 batches of 100, 256 of 1. The source
+  # predicts one class throughout, a run the detector would flag: it is off here.
   for batch_size, batches in ((64, 4), (100, 3), (1, 256)):
     gated = GatedForge(ScriptedModel(adapt=spread(0.6), source=confident(0.9)),
-                       batch_size=batch_size)
+                       GateConfig(label_window=0), batch_size=batch_size)
     _stream(gated, batches - 1, batch_size)
     assert gated.decisions == [], batch_size
     _stream(gated, 1, batch_size)
@@ -231,6 +232,8 @@ def in_long_runs(x):  # Runs of 16 images over three classes: label-correlated.
   return onehot((np.arange(len(x)) // 16) % 3)
 
 
+
+
 class SafeModel(ScriptedModel):
   """Runs mode adapt_safe as `safe` (only the label-safe ops adapt)."""
 
@@ -245,16 +248,62 @@ class SafeModel(ScriptedModel):
     return super().run(x, mode)
 
 
+class LabelledModel(ScriptedModel):
+  """Each image says what every path predicts: columns source, adapt, adapt_safe."""
+
+  def __init__(self):
+    super().__init__(adapt=diverse, classes=3)
+
+  def run(self, x, mode):
+    self.calls.append(mode)
+    column = {"source": 0, "adapt": 1, "adapt_safe": 2}.get(mode, 0)
+    return quantize(onehot(x[:, column]))
+
+
+def _feed(gated, labels, batch_size=16):
+  for i in range(0, len(labels), batch_size):
+    gated.predict(labels[i:i + batch_size].astype(np.int8))
+
+
 def test_while_labels_look_correlated_only_the_label_safe_ops_adapt():
-  """A probe over runs of one class adapts in the op's adapt_safe mode; once on, the
+  """A probe over runs of one class adapts in the op's adapt_safe mode and scores that
+  path alone: its count starts again when the detector switches the path. Once on, the
   gate keeps adapting in that mode while the detector flags."""
-  model = SafeModel(adapt=diverse, source=in_long_runs, safe=runs_of_three)
+  i = np.arange(256)
+  model = LabelledModel()  # The source in runs over two classes, adapt_safe over three.
   gated = GatedForge(model, GateConfig(probe_images=48, label_window=256), batch_size=16)
-  for _ in range(5):
-    gated.predict(np.zeros((16, 1), np.int8))
+  _feed(gated, np.stack([(i // 16) % 2, i % 3, (i // 16) % 3], axis=1))
   assert gated.correlated and gated.decisions == [True]
-  assert model.calls[:2] == ["source", "adapt"]  # Before the detector has seen a run.
-  assert "adapt_safe" in model.calls[2:6] and model.calls[6:] == ["adapt_safe"] * 2
+  # The first batch, before the detector has seen a run, adapts every op; then 48
+  # images (3 batches) of adapt_safe beside the source decide, on that path's score.
+  assert model.calls[:8] == ["source", "adapt"] + ["source", "adapt_safe"] * 3
+  assert model.calls[8:] == ["adapt_safe"] * 12
+  j = np.arange(16, 64)
+  want = diversity_gain(quantize(onehot((j // 16) % 2)), quantize(onehot((j // 16) % 3)))
+  assert gated.last_score == pytest.approx(want, rel=1e-6) and want > 0.3
+
+
+def test_off_for_one_path_probes_the_other_when_the_detector_switches():
+  # A run of one class: adapt_safe, no more diverse than the source, is off (a
+  # label-blind model resets). Then i.i.d. labels: the detector clears, and adapting
+  # every op, more diverse than the source (two classes of three), is probed: on.
+  rng = np.random.default_rng(0)
+  run = np.zeros((128, 3), np.int64)
+  iid = np.stack([rng.integers(0, 2, 256), rng.integers(0, 3, 256),
+                  rng.integers(0, 3, 256)], axis=1)
+  model = LabelledModel()
+  gated = GatedForge(model, GateConfig(probe_images=32, label_window=512), batch_size=16)
+  _feed(gated, run)
+  assert gated.decisions == [False] and gated.correlated and model.resets == 2
+  assert gated.last_score == pytest.approx(0.0, abs=1e-9)
+  assert model.calls[-1] == "frozen" and model.calls.count("adapt_safe") == 2
+  model.calls.clear()
+  _feed(gated, iid)
+  assert gated.decisions == [False, True] and not gated.correlated
+  first = model.calls.index("source")
+  assert model.calls[:first] == ["frozen"] * first and first > 0
+  assert model.calls[first:first + 4] == ["source", "adapt"] * 2
+  assert set(model.calls[first + 4:]) == {"adapt"}
 
 
 def test_iid_labels_adapt_every_op():
