@@ -99,7 +99,8 @@ def main(argv=None) -> int:
       with open(os.path.join(out, "results.json")) as f:
         doc = json.load(f)
       acc = {m: per_corruption(doc, m) for m in methods}
-      rows.append((label, acc, doc["wall_seconds"]))
+      probed = [p for s in doc.get("gate_periodic", {}).values() for p in s.get("probed", [])]
+      rows.append((label, acc, float(np.mean(probed)) if probed else float("nan")))
       print(f"{label}: {doc['wall_seconds']:.0f} s", file=sys.stderr, flush=True)
 
   def mean(d):
@@ -110,8 +111,8 @@ def main(argv=None) -> int:
 
   shuffled = dict((label, acc) for label, acc, _ in rows).get(SHUFFLED)
   head = ("| stream order | int8 source | FORGE | hurts | FORGE + gate | hurts | worst "
-          "gate vs source | recovery kept |")
-  sep = "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+          "gate vs source | recovery kept | probed |")
+  sep = "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
   if args.keras_model:
     head += " fp32 BN-adapt | TENT |"
     sep += " ---: | ---: |"
@@ -121,15 +122,17 @@ def main(argv=None) -> int:
            f"{args.batch_size}, {args.orderings} orderings (seeds of the presentation "
            f"order), this package's corruptions; gate: defaults with --gate_period="
            f"{args.gate_period}; hurts = corruptions more than {HURT_POINTS:g} point under "
-           "the int8 source", "", head, sep]
-  for label, acc, _ in rows:
+           "the int8 source; probed = share of the images the gate ran twice (both paths),"
+           " mean over the streams and orderings", "", head, sep]
+  for label, acc, probed in rows:
     src, frg, gtd = mean(acc["source"]), mean(acc["forge"]), mean(acc["forge-gated"])
     worst = min(acc["forge-gated"][c] - acc["source"][c] for c in acc["source"])
     kept = ""
     if label == SHUFFLED:
       kept = f"{100 * (gtd - src) / (frg - src):.1f}%" if frg > src else "n/a"
     line = (f"| {label} | {src:.1f} | {frg:.1f} | {len(hurts(acc, 'forge'))}/15 | "
-            f"{gtd:.1f} | {len(hurts(acc, 'forge-gated'))}/15 | {worst:+.1f} | {kept} |")
+            f"{gtd:.1f} | {len(hurts(acc, 'forge-gated'))}/15 | {worst:+.1f} | {kept} | "
+            f"{100 * probed:.1f}% |")
     if args.keras_model:
       line += f" {mean(acc['bn-adapt']):.1f} | {mean(acc['tent']):.1f} |"
     lines.append(line)

@@ -143,6 +143,7 @@ class GatedForge(Int8Method):
     self.last_correlated = False
     self.images = 0
     self.images_adapted = 0  # Predicted by the adapting path.
+    self.images_probed = 0  # Run twice: the probing's cost.
 
   @property
   def probing(self) -> bool:
@@ -161,6 +162,7 @@ class GatedForge(Int8Method):
       adapted = self.model.run(x_int8, mode=MODES[c.op_mode(step)])
       event = c.probed(np.ascontiguousarray(source), np.ascontiguousarray(adapted), n)
       y = adapted if adapting else source
+      self.images_probed += n
       if event != _c.EVENT_NONE:
         self._decided(event)
     else:
@@ -191,6 +193,11 @@ class GatedForge(Int8Method):
   def adapted_fraction(self) -> float:
     """Share of the images predicted by the adapting path so far."""
     return self.images_adapted / self.images if self.images else 0.0
+
+  @property
+  def probed_fraction(self) -> float:
+    """Share of the images probed so far (each ran the model twice)."""
+    return self.images_probed / self.images if self.images else 0.0
 
   @property
   def score(self) -> float:

@@ -166,8 +166,8 @@ def evaluate_stream(config: EvalConfig, methods: dict, stream: Stream, contract,
   Returns the stream's record, JSON-ready (what evaluation runs save per finished
   stream): {"stream", "images", "accuracy": {method: [acc per ordering]},
   "gate_fired": [...], "gate_score": [...] (forge-gated only; with a gate period also
-  "gate_adapted": [share of images the adapting path predicted], "gate_decisions":
-  [probes]), "seconds": {method}}.
+  "gate_adapted": [share of images the adapting path predicted], "gate_probed": [share
+  of images probed], "gate_decisions": [decisions]), "seconds": {method}}.
   Each method's state is reset at the start of every ordering, so a stream's
   record does not depend on the streams evaluated before it.
   """
@@ -205,6 +205,7 @@ def evaluate_stream(config: EvalConfig, methods: dict, stream: Stream, contract,
         record.setdefault("gate_correlated", []).append(bool(method.correlated))
         if config.gate.period is not None:
           record.setdefault("gate_adapted", []).append(round(method.adapted_fraction, 4))
+          record.setdefault("gate_probed", []).append(round(method.probed_fraction, 4))
           record.setdefault("gate_decisions", []).append(len(method.decisions))
     record["accuracy"][name] = accs * (config.orderings // runs)
     record["seconds"][name] = seconds
@@ -231,6 +232,7 @@ def merge_records(method_names: Iterable[str], records: Iterable[dict]) -> dict:
       gate_score[r["stream"]] = list(r["gate_score"])
     if "gate_adapted" in r:
       gate_adapted[r["stream"]] = {"adapted": list(r["gate_adapted"]),
+                                   "probed": list(r.get("gate_probed", [])),
                                    "decisions": list(r["gate_decisions"])}
   raw = {"accuracy": accuracy, "gate": gate, "gate_score": gate_score, "seconds": seconds,
          "domains": domains}

@@ -213,6 +213,7 @@ class ResultStore:
                              ("gate_score", _score, "a number"),
                              ("gate_correlated", _bool, "true or false"),
                              ("gate_adapted", _fraction, "a fraction in [0, 1]"),
+                             ("gate_probed", _fraction, "a fraction in [0, 1]"),
                              ("gate_decisions", _is_int, "an integer")):
       if key in record or (gated and key in ("gate_fired", "gate_score")):
         if key not in record:

@@ -134,6 +134,7 @@ def test_eval_gate_decisions_are_printed_and_saved(setup, capsys):
   images = doc["streams"]["contrast"]
   assert run["decisions"] == [images // 4]  # A 4-image probe in every whole batch.
   assert 0.0 <= run["adapted"][0] <= 1.0
+  assert run["probed"] == [1.0]  # Every batch probed (each decides the next).
 
 
 @pytest.mark.parametrize("executor", ["processes", "ray"])

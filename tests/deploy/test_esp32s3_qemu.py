@@ -260,7 +260,9 @@ def test_export_firmware_gated_runs_bit_exact_on_esp32s3(lib, artifacts, tmp_pat
   run = deploy.parse_app_output(text)
   assert run.ok and run.header["mode"] == "gated", text[-2000:]
   assert len(run.paths) == N_IMAGES and len(run.forge_ops) == 21
-  assert len(run.gate_decisions) == N_IMAGES // 40 + (N_IMAGES % 40 >= 16)
+  from forge_tflm.deploy.export import load_expected
+  decisions = load_expected(str(gen))["gate"]["decisions"]  # The evaluator's.
+  assert len(run.gate_decisions) == len(decisions) >= N_IMAGES // 40 + (N_IMAGES % 40 >= 16)
   log = tmp_path / "gated.log"
   log.write_text(text)
   from forge_tflm.cli.main import main as cli

@@ -183,6 +183,7 @@ def test_a_periodic_gate_decides_again_and_turns_off_when_adapting_stops_helping
   # Off after batch 2: batches 3 and 5 frozen, batch 4 a probe again.
   assert model.calls[5:] == ["frozen", "source", "adapt", "frozen"]
   assert gated.adapted_fraction == pytest.approx(2 / 6)
+  assert gated.probed_fraction == pytest.approx(3 / 6)  # Batches 0, 2 and 4.
 
 
 def test_a_periodic_gate_turns_on_when_a_later_probe_finds_a_gain():
