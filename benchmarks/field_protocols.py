@@ -99,7 +99,8 @@ def main(argv=None) -> int:
       with open(os.path.join(out, "results.json")) as f:
         doc = json.load(f)
       acc = {m: per_corruption(doc, m) for m in methods}
-      probed = [p for s in doc.get("gate_periodic", {}).values() for p in s.get("probed", [])]
+      periodic = doc.get("gate", {}).get("periodic", {})
+      probed = [p for s in periodic.values() for p in s.get("probed", [])]
       rows.append((label, acc, float(np.mean(probed)) if probed else float("nan")))
       print(f"{label}: {doc['wall_seconds']:.0f} s", file=sys.stderr, flush=True)
 
