@@ -209,10 +209,4 @@ void forge_controller_ran(ForgeController* c, const int8_t* outputs, uint32_t n)
   if (c->probing || n == 0) return;
   for (uint32_t i = 0; i < n; ++i) add_label(c, outputs + (size_t)i * c->num_classes);
   advance(c, n);
-  // "Off" for one path says nothing of the other: probe it. (While on, the mode just
-  // follows the detector; a probe each time it switched would double inference for
-  // as long as adapting hid the correlation it had flagged.)
-  if (!c->probing && !c->adapting && forge_controller_adapt_step(c) != c->path) {
-    start_probe(c);
-  }
 }

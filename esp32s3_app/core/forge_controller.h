@@ -32,9 +32,8 @@
 // end of a call (a batch). With period > 0 a new probe starts period images after
 // the last one started.
 //
-// A score and its decision measure one adapting path: the sums start again when
-// the detector switches the path within a probe, and a new probe starts when it
-// switches the path while off.
+// A score measures one adapting path: its sums start again when the detector
+// switches the path within a probe.
 //
 // One label-correlation detector per model reads every image's predicted class
 // (the source's during a probe, else the output the image was given): the rate at
@@ -118,8 +117,7 @@ typedef struct {
   double sum_source[FORGE_CONTROLLER_MAX_CLASSES];  // the probe's probabilities
   double sum_adapted[FORGE_CONTROLLER_MAX_CLASSES];
   double score;  // of the last decision
-  // The adapting path (ADAPT or ADAPT_SAFE) the probe's sums, and then its decision,
-  // measure.
+  // The adapting path (ADAPT or ADAPT_SAFE) the probe's sums measure.
   ForgeControllerStep path;
   ForgeControllerLabels labels;
 } ForgeController;

@@ -284,16 +284,18 @@ def test_while_labels_look_correlated_only_the_label_safe_ops_adapt():
   assert gated.last_score == pytest.approx(want, rel=1e-6) and want > 0.3
 
 
-def test_off_for_one_path_probes_the_other_when_the_detector_switches():
+def test_off_holds_until_the_next_probe_which_measures_the_path_of_its_time():
   # A run of one class: adapt_safe, no more diverse than the source, is off (a
-  # label-blind model resets). Then i.i.d. labels: the detector clears, and adapting
-  # every op, more diverse than the source (two classes of three), is probed: on.
+  # label-blind model resets). Then i.i.d. labels: the detector clears, the gate stays
+  # off (frozen) until the period's next probe, which measures adapting every op, more
+  # diverse than the source (two classes of three): on.
   rng = np.random.default_rng(0)
   run = np.zeros((128, 3), np.int64)
   iid = np.stack([rng.integers(0, 2, 256), rng.integers(0, 3, 256),
                   rng.integers(0, 3, 256)], axis=1)
   model = LabelledModel()
-  gated = GatedForge(model, GateConfig(probe_images=32, label_window=512), batch_size=16)
+  gated = GatedForge(model, GateConfig(probe_images=32, label_window=512, period=256),
+                     batch_size=16)
   _feed(gated, run)
   assert gated.decisions == [False] and gated.correlated and model.resets == 2
   assert gated.last_score == pytest.approx(0.0, abs=1e-9)
@@ -301,10 +303,10 @@ def test_off_for_one_path_probes_the_other_when_the_detector_switches():
   model.calls.clear()
   _feed(gated, iid)
   assert gated.decisions == [False, True] and not gated.correlated
-  first = model.calls.index("source")
-  assert model.calls[:first] == ["frozen"] * first and first > 0
-  assert model.calls[first:first + 4] == ["source", "adapt"] * 2
-  assert set(model.calls[first + 4:]) == {"adapt"}
+  # The first probe began at image 0 and the next at 256: images 128-255 frozen.
+  assert model.calls[:8] == ["frozen"] * 8
+  assert model.calls[8:12] == ["source", "adapt"] * 2
+  assert set(model.calls[12:]) == {"adapt"}
 
 
 def test_iid_labels_adapt_every_op():
