@@ -51,7 +51,6 @@ bool forge_controller_init(ForgeController* c, const ForgeControllerSettings* se
   // probabilities already (a softmax of them would flatten every image towards uniform).
   c->probabilities = output_scale == 1.0f / 256.0f && output_zero_point == -128;
   c->probing = true;
-  c->path = FORGE_CONTROLLER_ADAPT;  // the detector starts clear
   reset_labels(c);
   return true;
 }
@@ -169,17 +168,12 @@ static ForgeControllerEvent maybe_decide(ForgeController* c) {
   return FORGE_CONTROLLER_NONE;
 }
 
-static void start_probe(ForgeController* c) {
-  c->probing = true;
-  c->since_probe = 0;
-  c->path = forge_controller_adapt_step(c);
-  clear_probe(c);
-}
-
 static void advance(ForgeController* c, uint32_t n) {
   c->since_probe += n;
   if (c->settings.period > 0 && !c->probing && c->since_probe >= c->settings.period) {
-    start_probe(c);
+    c->probing = true;
+    c->since_probe = 0;
+    clear_probe(c);
   }
 }
 

@@ -117,7 +117,8 @@ typedef struct {
   double sum_source[FORGE_CONTROLLER_MAX_CLASSES];  // the probe's probabilities
   double sum_adapted[FORGE_CONTROLLER_MAX_CLASSES];
   double score;  // of the last decision
-  // The adapting path (ADAPT or ADAPT_SAFE) the probe's sums measure.
+  // The adapting path (ADAPT or ADAPT_SAFE) of the last probed batch, whose sums
+  // the probe holds (PROBE before the first).
   ForgeControllerStep path;
   ForgeControllerLabels labels;
 } ForgeController;

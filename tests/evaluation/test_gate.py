@@ -233,8 +233,6 @@ def in_long_runs(x):  # Runs of 16 images over three classes: label-correlated.
   return onehot((np.arange(len(x)) // 16) % 3)
 
 
-
-
 class SafeModel(ScriptedModel):
   """Runs mode adapt_safe as `safe` (only the label-safe ops adapt)."""
 
