@@ -114,7 +114,7 @@ def field_table(runs) -> list[str]:
     return []
   plain = float(np.mean(runs["plain"].ticks))
   forge = float(np.mean(runs["forge_all"].ticks))
-  probe = int(gate.settings(gate.GateConfig(), 1, False)["probe_images"])
+  probe = int(gate.settings(gate.GateConfig())["probe_images"])
   lines = ["", "the field configuration (FORGE, 21 sites, with the gate re-probing), "
            "amortized over a stream, vs plain:", "",
            "| gate period D | probe P | probed share P/D | instructions/image "

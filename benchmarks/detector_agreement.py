@@ -45,7 +45,7 @@ def detector_flags(outputs, model) -> float:
   """Share of images after which the controller's detector flags, fed `outputs`."""
   from forge_tflm.evaluation import gate
   scale, zero_point = model.output_quant
-  c = gate.Controller(gate.settings(gate.GateConfig(), 1, False), outputs.shape[-1],
+  c = gate.Controller(gate.settings(gate.GateConfig()), outputs.shape[-1],
                       scale, zero_point)
   flagged = 0
   for row in outputs:

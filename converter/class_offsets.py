@@ -65,9 +65,9 @@ def margin_steps(margin: float, output_scale: float) -> int:
 
 
 def add_to_model(model: "schema.ModelT", offsets: dict[int, np.ndarray],
-                 inserted: list, class_margin: int = 0, class_guard: int = 0) -> list:
-  """Rewrites the FORGE ops of `offsets` in place (a fourth input, options classes=K,
-  class_margin and class_guard); returns `inserted` (insert.InsertedSite) with the
+                 inserted: list, class_margin: int = 0) -> list:
+  """Rewrites the FORGE ops of `offsets` in place (a fourth input, options classes=K
+  and class_margin); returns `inserted` (insert.InsertedSite) with the
   options they now carry."""
   sg = model.subgraphs[0]
   by_op = {s.op_index: s for s in inserted}
@@ -75,8 +75,7 @@ def add_to_model(model: "schema.ModelT", offsets: dict[int, np.ndarray],
   for op_index, values in offsets.items():
     op = sg.operators[op_index]
     site = by_op[op_index]
-    options = site.options.replace(classes=values.shape[0], class_margin=class_margin,
-                                   class_guard=class_guard)
+    options = site.options.replace(classes=values.shape[0], class_margin=class_margin)
     t = schema.TensorT()
     t.shape = list(values.shape)
     t.type = schema.TensorType.FLOAT32

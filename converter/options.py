@@ -16,11 +16,6 @@ from forge_tflm.ops import RecalibOptions
 # bundled ResNet-20 (benchmarks/results/class_margin_probe.md: about 100 output steps
 # of 0.119; field_protocols_balanced*.md measure the default).
 DEFAULT_CLASS_MARGIN = 12.0
-# Images of the guard's label histogram (the op's option class_guard, SPEC "Guard"):
-# label-blind statistics unless the predictions look label-correlated. Longer than a
-# run of one class (the whole-split sorted stream: 1,000 images per class); chosen on
-# the bundled ResNet-20 (benchmarks/results/field_protocols_guard*.md).
-DEFAULT_CLASS_GUARD = 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,9 +42,6 @@ class ConvertOptions:
     output, in logits) an image's prediction needs before it enters its class; the
     op's option class_margin in output quantization steps, ceil(margin / scale),
     at most 255. 0: every prediction enters. Default: DEFAULT_CLASS_MARGIN.
-  class_guard: with class_images, the op's option class_guard (images of the
-    detector's label histogram; 0: always the class mixture). Default:
-    DEFAULT_CLASS_GUARD.
   """
 
   sites: str | tuple[str, ...] = "all"
@@ -66,7 +58,6 @@ class ConvertOptions:
   source_agreement: float = parity.DEFAULT_SOURCE_AGREEMENT
   class_images: int = 0
   class_margin: float = DEFAULT_CLASS_MARGIN
-  class_guard: int = DEFAULT_CLASS_GUARD
 
   def __post_init__(self):
     if not isinstance(self.recalib, RecalibOptions):
@@ -86,8 +77,6 @@ class ConvertOptions:
     if not (math.isfinite(self.class_margin) and self.class_margin >= 0):
       raise ValueError(f"class_margin must be a finite logit lead >= 0, got"
                        f" {self.class_margin}")
-    if self.class_guard:  # The op's own rule, one definition: 0 or [32, 2^24].
-      RecalibOptions(window=1, classes=2, class_guard=self.class_guard)
     if self.class_images and self.recalib.classes is not None:
       raise ValueError("recalib.classes is set by the converter (class_images), not given")
     if self.class_images and self.recalib.integer:

@@ -206,13 +206,12 @@ def _class_offsets(ctx: _Context) -> None:
   x_int8 = np.clip(np.round(x / scale) + zp, -128, 127).astype(np.int8)
   offsets = class_offsets.measure(ctx.tflite, x_int8, labels)
   margin = class_offsets.margin_steps(ctx.options.class_margin, _io_quant(ctx.model_t)[1][0])
-  ctx.inserted = class_offsets.add_to_model(ctx.model_t, offsets, ctx.inserted, margin,
-                                            ctx.options.class_guard)
+  ctx.inserted = class_offsets.add_to_model(ctx.model_t, offsets, ctx.inserted, margin)
   ctx.tflite = tg.save_model(ctx.model_t)
   logging.info("class-balanced statistics: offsets of %d classes from %d labelled images,"
-               " class margin %d output steps (%g logits), guard %d images",
+               " class margin %d output steps (%g logits)",
                next(iter(offsets.values())).shape[0], len(x_int8), margin,
-               ctx.options.class_margin, ctx.options.class_guard)
+               ctx.options.class_margin)
 
 
 def _validate(ctx: _Context) -> None:

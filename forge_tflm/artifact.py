@@ -332,7 +332,8 @@ def _derived(f: "_Fields", written: dict, keys) -> None:
       where, got, want = _first_difference(key, f.data[key], written[key])
       if where is not None:
         f.fail(where, f"is {json.dumps(got)[:60]}, but the manifest's sites give"
-               f" {json.dumps(want)[:60]}")
+               f" {json.dumps(want)[:60]} (written by another forge_tflm version?"
+               " convert the model again)")
 
 
 def _first_difference(key: str, got, want):

@@ -58,7 +58,7 @@ def _dup_site(doc):
 
 CASES = {
     # Issue 34: export-firmware sized the arena without the class state.
-    "classes_stripped": (_options(0, "classes", "class_margin", "class_guard"),
+    "classes_stripped": (_options(0, "classes", "class_margin"),
                          r"field sites\[0\]\.options\.classes is absent, but operator 1's"
                          r" options have 10"),
     "classes_changed": (_options(1, classes=11),

@@ -392,7 +392,7 @@ class ModeScope {
       return ForgeRecalibSetMode(mode);
     }
   }
-  // After an adapt Invoke: its int8 output for the ops with class-balanced
+  // After an adapting Invoke: its int8 output for the ops with class-balanced
   // statistics (SPEC "Commit", "Labels": each op takes the image's label from
   // it with its class_margin), applied at their next Eval; other ops ignore it.
   // A copy lives here until then: the arena may reuse the output's bytes.
@@ -400,16 +400,6 @@ class ModeScope {
     if constexpr (kPerInterpreter) {
       if (Keep(logits, num_classes)) {
         control_.CommitOutput(logits_, 1, static_cast<int32_t>(num_classes));
-      }
-    }
-  }
-  // After a source-mode Invoke while the gate is off with the state kept: its
-  // output feeds the guard's detector only (SPEC "Observe"), so the detector
-  // keeps reading the stream while nothing adapts.
-  void ObservePrediction(const int8_t* logits, size_t num_classes) {
-    if constexpr (kPerInterpreter) {
-      if (Keep(logits, num_classes)) {
-        control_.ObserveOutput(logits_, 1, static_cast<int32_t>(num_classes));
       }
     }
   }
@@ -654,7 +644,7 @@ TfLiteStatus RunProbe(Session* s, ForgeControllerEvent* event) {
   const bool adapting = forge_controller_adapting(&s->gate);
   *event = forge_controller_probed(&s->gate, s->source_logits, s->output->data.int8, 1);
   if (!adapting) memcpy(s->output->data.int8, s->source_logits, s->num_classes);
-  if (*event == FORGE_CONTROLLER_OFF_RESET) s->interpreter->Reset();  // clean targets
+  if (*event == FORGE_CONTROLLER_OFF) s->interpreter->Reset();  // clean targets
   return kTfLiteOk;
 }
 
@@ -665,17 +655,13 @@ TfLiteStatus RunGated(Session* s, const char** path, ForgeControllerEvent* event
     *path = forge_controller_adapting(&s->gate) ? "adapt" : "source";
     return RunProbe(s, event);
   }
-  static const char* const kPaths[] = {"adapt", "adapt", "adapt", "source", "source",
-                                       "frozen"};
+  static const char* const kPaths[] = {"adapt", "adapt", "adapt", "frozen"};
   s->mode->Set(forge_controller_op_mode(&s->gate, step));
   *path = kPaths[step];
   const TfLiteStatus status = s->interpreter->Invoke();
   if (status == kTfLiteOk &&
       (step == FORGE_CONTROLLER_ADAPT || step == FORGE_CONTROLLER_ADAPT_SAFE)) {
     s->mode->CommitPrediction(s->output->data.int8, s->num_classes);
-  } else if (status == kTfLiteOk && step == FORGE_CONTROLLER_OBSERVE) {
-    // The guard's detector keeps reading the stream while nothing adapts.
-    s->mode->ObservePrediction(s->output->data.int8, s->num_classes);
   }
   if (status == kTfLiteOk) forge_controller_ran(&s->gate, s->output->data.int8, 1);
   return status;

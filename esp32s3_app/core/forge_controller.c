@@ -18,8 +18,6 @@ void forge_controller_default_settings(ForgeControllerSettings* s) {
 const char* forge_controller_check(const ForgeControllerSettings* s) {
   if (s->probe_images < 1) return "probe_images";
   if (!isfinite(s->delta)) return "delta";
-  if (!(s->inert_score >= 0.0) || !isfinite(s->inert_score)) return "inert_score";
-  if (!isfinite(s->early_delta) || s->early_delta < s->delta) return "early_delta";
   return NULL;
 }
 
@@ -63,16 +61,13 @@ int32_t forge_controller_op_mode(const ForgeController* c, ForgeControllerStep s
   switch (step == FORGE_CONTROLLER_PROBE ? forge_controller_adapt_step(c) : step) {
     case FORGE_CONTROLLER_ADAPT: return FORGE_RECALIB_MODE_ADAPT;
     case FORGE_CONTROLLER_ADAPT_SAFE: return FORGE_RECALIB_MODE_ADAPT_SAFE;
-    case FORGE_CONTROLLER_FROZEN: return FORGE_RECALIB_MODE_FROZEN;
-    default: return FORGE_RECALIB_MODE_SOURCE;  // SOURCE, OBSERVE
+    default: return FORGE_RECALIB_MODE_FROZEN;
   }
 }
 
 ForgeControllerStep forge_controller_next(const ForgeController* c) {
   if (c->probing) return FORGE_CONTROLLER_PROBE;
-  if (c->adapting) return forge_controller_adapt_step(c);
-  if (!c->settings.keep_state) return FORGE_CONTROLLER_FROZEN;
-  return c->observing ? FORGE_CONTROLLER_OBSERVE : FORGE_CONTROLLER_SOURCE;
+  return c->adapting ? forge_controller_adapt_step(c) : FORGE_CONTROLLER_FROZEN;
 }
 
 // One image's predicted class (the first maximum, as numpy's argmax) into the
@@ -147,26 +142,11 @@ double forge_controller_score(const ForgeController* c) {
 static ForgeControllerEvent decide(ForgeController* c, bool on) {
   c->score = forge_controller_score(c);
   c->adapting = on;
-  c->observing = !on && c->settings.keep_state && fabs(c->score) < c->settings.inert_score;
   c->probing = false;
   ++c->decisions;
-  if (on) return FORGE_CONTROLLER_ON;
-  return c->settings.keep_state ? FORGE_CONTROLLER_OFF : FORGE_CONTROLLER_OFF_RESET;
+  return on ? FORGE_CONTROLLER_ON : FORGE_CONTROLLER_OFF;
 }
 
-// At the end of a probed batch: the whole probe's decision, an early "on", or none.
-static ForgeControllerEvent maybe_decide(ForgeController* c) {
-  const ForgeControllerSettings* s = &c->settings;
-  const bool last = c->probed >= s->probe_images;
-  // Scores cost K logs per path: only where a decision can fall.
-  if (!last && (s->early_images == 0 || c->probed < s->early_images)) {
-    return FORGE_CONTROLLER_NONE;
-  }
-  const double score = forge_controller_score(c);
-  if (last) return decide(c, score > s->delta);
-  if (score > s->early_delta) return decide(c, true);
-  return FORGE_CONTROLLER_NONE;
-}
 
 static void advance(ForgeController* c, uint32_t n) {
   c->since_probe += n;
@@ -194,7 +174,11 @@ ForgeControllerEvent forge_controller_probed(ForgeController* c, const int8_t* s
     add_label(c, source + (size_t)i * k);  // the path adaptation leaves alone
     ++c->probed;
   }
-  const ForgeControllerEvent event = maybe_decide(c);
+  // Scores cost K logs per path: only at the probe's end.
+  const ForgeControllerEvent event =
+      c->probed >= c->settings.probe_images
+          ? decide(c, forge_controller_score(c) > c->settings.delta)
+          : FORGE_CONTROLLER_NONE;
   advance(c, n);
   return event;
 }

@@ -10,13 +10,12 @@
 //         forge_controller_op_mode(&c, step) (ADAPT or ADAPT_SAFE) -> adp;
 //         predict with forge_controller_adapting(&c) ? adp : src;
 //         event = forge_controller_probed(&c, src, adp, n);
-//         if (event == FORGE_CONTROLLER_OFF_RESET) reset FORGE to its targets;
+//         if (event == FORGE_CONTROLLER_OFF) reset FORGE to its targets;
 //       case FORGE_CONTROLLER_ADAPT:   run ADAPT (commit its labels);
-//       case FORGE_CONTROLLER_ADAPT_SAFE: run ADAPT_SAFE (the label-safe ops
-//                                      adapt, the others run source mode);
-//       case FORGE_CONTROLLER_SOURCE:  run SOURCE (state kept, nothing adapts);
-//       case FORGE_CONTROLLER_OBSERVE: run SOURCE, hand its output to the
-//                                      guard's detector (op SPEC "Observe");
+//       case FORGE_CONTROLLER_ADAPT_SAFE: run ADAPT_SAFE (class-balanced ops
+//                                      normalize with their class mixture,
+//                                      label-safe ops adapt, the others run
+//                                      source mode; commit its labels);
 //       case FORGE_CONTROLLER_FROZEN:  run FROZEN;
 //     }  then, outside a probe: forge_controller_ran(&c, output, n);
 //
@@ -27,8 +26,7 @@
 // A probe runs both paths over probe_images images and then adapts iff the
 // diversity gain H(mean p_adapted) - H(mean p_source) exceeds delta (p: the
 // softmax of the int8 outputs, or the outputs themselves where they carry the int8
-// SOFTMAX quantization, scale 1/256 and zero point -128). From early_images probed
-// images on, a score above early_delta decides "on" early. Decisions fall at the
+// SOFTMAX quantization, scale 1/256 and zero point -128). Decisions fall at the
 // end of a call (a batch). With period > 0 a new probe starts period images after
 // the last one started.
 //
@@ -40,8 +38,8 @@
 // which consecutive predictions agree (over about label_window / 32 images) against
 // the rate a class histogram over about label_window images predicts. A fixed
 // camera on one object agrees far more often than its histogram predicts. While it
-// flags, adapting runs in the op's ADAPT_SAFE mode: only the ops the converter found
-// label-safe adapt (op SPEC "Modes"), the others keep the clean targets.
+// flags, adapting runs in the op's ADAPT_SAFE mode: only the statistics that a run
+// of one class cannot bend adapt (op SPEC "Modes").
 // Memory: sizeof(ForgeController), 3 doubles per class of
 // FORGE_CONTROLLER_MAX_CLASSES.
 #ifndef ESP32S3_APP_CORE_FORGE_CONTROLLER_H_
@@ -62,13 +60,12 @@ extern "C" {
 
 // The detector flags while consecutive predictions agree this many times more often
 // than its histogram predicts; agreement is averaged over label_window / this many
-// images (the op's guard's constants, SPEC "Guard": field_protocols_guard*.md).
+// images (measured when the detector lived in the op: field_protocols_guard*.md).
 #define FORGE_CONTROLLER_CORRELATED 1.75
 #define FORGE_CONTROLLER_AGREEMENT_SPAN 32
 
 typedef uint32_t forge_controller_u32;
 typedef double forge_controller_f64;
-typedef bool forge_controller_bool;
 
 typedef struct {
 #define FORGE_CONTROLLER_FIELD(type, name, macro, value, help) \
@@ -82,8 +79,6 @@ typedef enum {
   FORGE_CONTROLLER_PROBE = 0,
   FORGE_CONTROLLER_ADAPT,
   FORGE_CONTROLLER_ADAPT_SAFE,
-  FORGE_CONTROLLER_SOURCE,
-  FORGE_CONTROLLER_OBSERVE,
   FORGE_CONTROLLER_FROZEN,
 } ForgeControllerStep;
 
@@ -91,8 +86,7 @@ typedef enum {
 typedef enum {
   FORGE_CONTROLLER_NONE = 0,
   FORGE_CONTROLLER_ON,
-  FORGE_CONTROLLER_OFF,        // state kept
-  FORGE_CONTROLLER_OFF_RESET,  // the caller resets FORGE to its clean targets
+  FORGE_CONTROLLER_OFF,  // the caller resets FORGE to its clean targets
 } ForgeControllerEvent;
 
 // The label-correlation detector (forge_controller.h).
@@ -110,7 +104,6 @@ typedef struct {
   bool probabilities;  // The outputs are a softmax's (read as they are).
   bool probing;
   bool adapting;
-  bool observing;
   uint32_t decisions;
   uint32_t probed;
   uint32_t since_probe;

@@ -3,7 +3,7 @@
 // FORGE_APP_GATE_<MACRO> (forge_tflm.deploy.export writes them), the host app's
 // --gate_<name>= argument and the evaluator's --gate_<name> flag
 // (forge_tflm.evaluation.gate reads this list through the bound module).
-// Types: u32 (unsigned images), f64 (real), bool. What each setting does and
+// Types: u32 (unsigned images), f64 (real). What each setting does and
 // the measurement that set its default: docs/design/field-robustness.md.
 #ifndef ESP32S3_APP_CORE_FORGE_CONTROLLER_SETTINGS_H_
 #define ESP32S3_APP_CORE_FORGE_CONTROLLER_SETTINGS_H_
@@ -16,14 +16,6 @@
   X(f64, delta, DELTA, 0.03,                                                        \
     "adapt iff the probe's diversity gain (nats) exceeds this")                    \
   X(u32, label_window, LABEL_WINDOW, 4096,                                         \
-    "label-correlation detector: images its class histogram spans; 0: no veto")    \
-  X(bool, keep_state, KEEP_STATE, 0,                                                \
-    "class-balanced ops: off keeps the state (source mode), no detector veto")    \
-  X(f64, inert_score, INERT_SCORE, 0.001,                                           \
-    "with keep_state: off after a probe scoring within this of 0 observes")        \
-  X(u32, early_images, EARLY_IMAGES, 128,                                           \
-    "from this many probed images a probe may decide on early; 0: never")          \
-  X(f64, early_delta, EARLY_DELTA, 0.1,                                             \
-    "the early decision's margin (>= delta)")
+    "label-correlation detector: images its class histogram spans; 0: no veto")
 
 #endif  // ESP32S3_APP_CORE_FORGE_CONTROLLER_SETTINGS_H_

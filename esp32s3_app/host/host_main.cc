@@ -6,8 +6,8 @@
 //                  [--frozen] [--arena=BYTES] [--no_logits] [--dump=OP:IMAGE]
 //                  [--gate] [--gate_<setting>=V ...]
 //
-// --gate_<setting>=V: any setting of forge_controller_settings.h (booleans 0|1;
-// forge_tflm.evaluation.gate.host_arguments writes them all).
+// --gate_<setting>=V: any setting of forge_controller_settings.h
+// (forge_tflm.evaluation.gate.host_arguments writes them all).
 //
 // IMAGES.bin: N * input_bytes int8 values, image after image (the model's
 // quantized input, e.g. from forge_tflm.deploy.write_image_stream). Without
@@ -66,11 +66,6 @@ bool ParseValue(const char* text, double* out) {
   char* end = nullptr;
   *out = strtod(text, &end);
   return *text != '\0' && *end == '\0';
-}
-
-bool ParseValue(const char* text, bool* out) {
-  *out = strcmp(text, "1") == 0;
-  return *out || strcmp(text, "0") == 0;
 }
 
 bool ParseGateSetting(const char* arg, ForgeControllerSettings* s) {

@@ -74,10 +74,6 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
   flags.DEFINE_float("class_margin", d.class_margin, "With --class_images: the logit lead"
                      " (top-1 minus top-2) a prediction needs before its image enters"
                      " its class; 0: every prediction.", lower_bound=0.0, flag_values=fv)
-  flags.DEFINE_integer("class_guard", d.class_guard, "With --class_images: images of the"
-                       " guard's label histogram (label-blind statistics unless the"
-                       " predictions look label-correlated); 0: always the class"
-                       " statistics.", lower_bound=0, flag_values=fv)
   return fv
 
 
@@ -115,8 +111,7 @@ def run(fv: flags.FlagValues, command: str) -> int:
       calibration_size=fv.calibration_size, preact_range=fv.preact_range,
       c_array=fv.c_array, parity_check=fv.parity_check,
       parity_tolerance=fv.parity_tolerance, parity_images=fv.parity_images,
-      source_agreement=fv.source_agreement, class_images=fv.class_images, class_margin=fv.class_margin,
-      class_guard=fv.class_guard)
+      source_agreement=fv.source_agreement, class_images=fv.class_images, class_margin=fv.class_margin)
   # Inputs and outputs next, still before TensorFlow loads (~10 s).
   from forge_tflm.converter import outputs
   from forge_tflm.fileio import check_model_file

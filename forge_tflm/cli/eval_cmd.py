@@ -17,7 +17,7 @@ import os
 from absl import flags
 
 from forge_tflm.evaluation import field_streams
-from forge_tflm.evaluation.gate import USER_SETTINGS, GateConfig
+from forge_tflm.evaluation.gate import SETTINGS, GateConfig
 from forge_tflm.evaluation.protocol import ALL_METHODS
 from forge_tflm.cli.recalib_flags import define_recalib_flags, recalib_flag_values
 from forge_tflm.cli.sweep_flags import define_sweep_flags, executor_from_flags
@@ -101,21 +101,20 @@ def _flag_error(flag: str, value, why: str) -> ValueError:
 
 
 def define_gate_flags(fv: flags.FlagValues) -> None:
-  """--gate_<name> for each user setting of the controller (forge_controller_settings.h);
-  unset: the default the model and batch size derive (gate.settings)."""
-  for s in USER_SETTINGS:
+  """--gate_<name> for each setting of the controller (forge_controller_settings.h)."""
+  for s in SETTINGS:
     define = flags.DEFINE_float if s.kind == "f64" else flags.DEFINE_integer
-    define(f"gate_{s.name}", None, f"Gate: {s.help} (default: {s.default:g}, or derived:"
+    define(f"gate_{s.name}", None, f"Gate: {s.help} (default: {s.default:g};"
            " docs/design/field-robustness.md).", flag_values=fv)
 
 
 def _gate_flags_given(fv: flags.FlagValues) -> list[str]:
-  return [f"--gate_{s.name}={fv[f'gate_{s.name}'].value}" for s in USER_SETTINGS
+  return [f"--gate_{s.name}={fv[f'gate_{s.name}'].value}" for s in SETTINGS
           if fv[f"gate_{s.name}"].value is not None]
 
 
 def gate_config(fv: flags.FlagValues) -> GateConfig:
-  return GateConfig(**{s.name: fv[f"gate_{s.name}"].value for s in USER_SETTINGS})
+  return GateConfig(**{s.name: fv[f"gate_{s.name}"].value for s in SETTINGS})
 
 
 def _check_flags(fv: flags.FlagValues) -> list[str]:

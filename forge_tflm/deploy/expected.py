@@ -34,8 +34,8 @@ def checksum(data: np.ndarray) -> int:
 def device_state(node) -> np.ndarray:
   """A FORGE node's state as the app checksums its buffer: float32 [mu, var] (int32
   with arithmetic int: its bytes as they are, never converted), then with
-  class-balanced statistics the class state block (cmu [K, C], cvar [K, C], the
-  guard's label-blind [2, C] and detector [K + 3]: the C core's layout)."""
+  class-balanced statistics the class state block (cmu [K, C], cvar [K, C]: the C
+  core's layout)."""
   state = node.state
   if state.block is None:
     return np.ascontiguousarray(state.data)
@@ -224,7 +224,7 @@ def expected_gated(artifact, inputs_int8: np.ndarray, gate, *,
     return last[key]
 
   model.run = recording_run
-  gated = GatedForge(model, gate, batch_size=1)
+  gated = GatedForge(model, gate)
   x = np.asarray(inputs_int8)
   logits, paths, decisions = [], [], []
   for n in range(len(x)):
@@ -232,7 +232,7 @@ def expected_gated(artifact, inputs_int8: np.ndarray, gate, *,
     last.clear()
     gated.predict(x[n:n + 1])
     path = ("adapt" if adapting else "source") if probing else (
-        "adapt" if adapting else gated.off_mode)
+        "adapt" if adapting else "frozen")
     paths.append(path)
     logits.append(last[path].reshape(-1))
     if len(gated.decisions) > len(decisions):

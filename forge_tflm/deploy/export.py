@@ -84,7 +84,7 @@ def export_firmware(artifact_path: str, out_dir: str = DEFAULT_OUT, *, data_dir=
   check_export_dir(out_dir)  # Before the slow work: loading, the stream, the evaluator.
   artifact = Artifact.load(artifact_path, require_manifest=True)
   gate = device_gate(gate)
-  defines = device_defines(gate, artifact.manifest.class_balanced)
+  defines = device_defines(gate)
   stream = corrupted_stream(data_dir, corruption, severity, limit=images, seed=seed,
                             ordering_index=ordering_index, dataset=dataset,
                             cache_dir=cache_dir, label_order=label_order)

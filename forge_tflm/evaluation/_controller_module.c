@@ -47,15 +47,6 @@ static int set_f64(PyObject* d, const char* name, double* out) {
   return 0;
 }
 
-static int set_bool(PyObject* d, const char* name, bool* out) {
-  PyObject* v = PyDict_GetItemString(d, name);
-  if (v == NULL) return 0;
-  int x = PyObject_IsTrue(v);
-  if (x < 0) return -1;
-  *out = x != 0;
-  return 0;
-}
-
 static int read_settings(PyObject* d, ForgeControllerSettings* s) {
   forge_controller_default_settings(s);
   Py_ssize_t known = 0;
@@ -160,8 +151,7 @@ static PyObject* get_flag(ControllerObject* self, void* which) {
   const char* w = (const char*)which;
   if (w[0] == 'p') return PyBool_FromLong(c->probing);
   if (w[0] == 'a') return PyBool_FromLong(c->adapting);
-  if (w[0] == 'c') return PyBool_FromLong(forge_controller_correlated(c));
-  return PyBool_FromLong(c->observing);
+  return PyBool_FromLong(forge_controller_correlated(c));
 }
 
 static PyObject* get_count(ControllerObject* self, void* which) {
@@ -182,7 +172,6 @@ static PyMethodDef controller_methods[] = {
 static PyGetSetDef controller_getset[] = {
     {"probing", (getter)get_flag, NULL, NULL, "probing"},
     {"adapting", (getter)get_flag, NULL, NULL, "adapting"},
-    {"observing", (getter)get_flag, NULL, NULL, "observing"},
     {"decisions", (getter)get_count, NULL, NULL, "decisions"},
     {"probed_images", (getter)get_count, NULL, NULL, "probed"},
     {"score", (getter)get_score, NULL, NULL, NULL},
@@ -236,13 +225,10 @@ PyMODINIT_FUNC PyInit__forge_controller(void) {
       PyModule_AddIntConstant(m, "STEP_PROBE", FORGE_CONTROLLER_PROBE) < 0 ||
       PyModule_AddIntConstant(m, "STEP_ADAPT", FORGE_CONTROLLER_ADAPT) < 0 ||
       PyModule_AddIntConstant(m, "STEP_ADAPT_SAFE", FORGE_CONTROLLER_ADAPT_SAFE) < 0 ||
-      PyModule_AddIntConstant(m, "STEP_SOURCE", FORGE_CONTROLLER_SOURCE) < 0 ||
-      PyModule_AddIntConstant(m, "STEP_OBSERVE", FORGE_CONTROLLER_OBSERVE) < 0 ||
       PyModule_AddIntConstant(m, "STEP_FROZEN", FORGE_CONTROLLER_FROZEN) < 0 ||
       PyModule_AddIntConstant(m, "EVENT_NONE", FORGE_CONTROLLER_NONE) < 0 ||
       PyModule_AddIntConstant(m, "EVENT_ON", FORGE_CONTROLLER_ON) < 0 ||
-      PyModule_AddIntConstant(m, "EVENT_OFF", FORGE_CONTROLLER_OFF) < 0 ||
-      PyModule_AddIntConstant(m, "EVENT_OFF_RESET", FORGE_CONTROLLER_OFF_RESET) < 0) {
+      PyModule_AddIntConstant(m, "EVENT_OFF", FORGE_CONTROLLER_OFF) < 0) {
     Py_DECREF(m);
     return NULL;
   }

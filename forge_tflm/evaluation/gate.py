@@ -19,21 +19,19 @@ import numpy as np
 from forge_tflm.evaluation import _forge_controller as _c
 from forge_tflm.evaluation.int8_methods import Int8Method
 from forge_tflm.ops.options import MODES
-from forge_tflm.runtime.segmented import FROZEN, SOURCE
+from forge_tflm.runtime.segmented import SOURCE
 
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
   name: str
   macro: str   # The firmware define is FORGE_APP_GATE_<macro>.
-  kind: str    # "u32", "f64" or "bool".
+  kind: str    # "u32" or "f64".
   default: float
   help: str
 
   def value(self, x):
     """x as this setting's Python type; ValueError if it is not one."""
-    if self.kind == "bool":
-      return bool(x)
     if self.kind == "u32":
       if isinstance(x, bool) or int(x) != x or not 0 <= x < 2**32:
         raise ValueError(f"gate {self.name} must be a whole number >= 0, got {x!r}")
@@ -50,11 +48,6 @@ SETTINGS = tuple(Setting(*row) for row in _c.SETTINGS)
 # MAX_CLASSES is the most output classes it takes.
 Controller = _c.Controller
 MAX_CLASSES: int = _c.MAX_CLASSES
-_BY_NAME = {s.name: s for s in SETTINGS}
-# Set by the model and batch size, not the user (`settings`): class-balanced models keep
-# their state while off, observe after an inert probe and decide "on" early at batch 1.
-MODEL_SETTINGS = ("keep_state", "inert_score", "early_images", "early_delta")
-USER_SETTINGS = tuple(s for s in SETTINGS if s.name not in MODEL_SETTINGS)
 # The re-probing period a device uses (it never sees a stream boundary); the
 # evaluator's default stays "decide once per stream". A probed image runs twice, so
 # 256 images every 10,240 cost 2.5% more inference (1,024: 25%, above issue 36's
@@ -72,64 +65,44 @@ def _check(config) -> None:
     raise ValueError("gate period must be >= 1 image")
   if config.probe_images is not None and config.probe_images < 1:
     raise ValueError("gate probe_images must be >= 1")
-  if config.inert_score is not None and config.inert_score < 0:
-    raise ValueError(f"gate inert_score must be >= 0, got {config.inert_score}")
-  delta = _BY_NAME["delta"].default if config.delta is None else config.delta
-  if config.early_delta is not None and config.early_delta < delta:
-    raise ValueError(f"gate early_delta ({config.early_delta}) must be >= the probe's"
-                     f" margin delta ({delta})")
 
 
 GateConfig = dataclasses.make_dataclass(
     "GateConfig", [(s.name, object, dataclasses.field(default=None)) for s in SETTINGS],
     frozen=True, namespace={"__post_init__": _check, "__doc__": (
-        "The user's gate settings (forge_controller_settings.h); None: derived, see"
-        " `settings`.")})
+        "The user's gate settings (forge_controller_settings.h); None: the"
+        " default.")})
 GateConfig.__module__ = __name__  # Pickled to sweep workers (make_dataclass says "types").
 
 
-def settings(config, batch_size: int, class_balanced: bool) -> dict:
-  """Every controller setting for this batch size and model, the derived ones filled in:
-  an early "on" by default only at batch 1 on class-balanced models (at larger batches a
-  batch of one class is normalized before the guard sees a label, and label-blind
-  models see too few class changes: field_protocols*.md, gate_early_probe*.md); its
-  margin at least delta's."""
-  out = {s.name: s.value(getattr(config, s.name)) for s in SETTINGS
-         if getattr(config, s.name) is not None}
-  out.setdefault("keep_state", class_balanced)
-  early = _BY_NAME["early_images"].default if batch_size == 1 and class_balanced else 0
-  out.setdefault("early_images", int(early))
-  delta = out.get("delta", _BY_NAME["delta"].default)
-  out.setdefault("early_delta", max(_BY_NAME["early_delta"].default, delta))
-  for s in SETTINGS:
-    out.setdefault(s.name, s.value(s.default))
-  return out
+def settings(config) -> dict:
+  """Every controller setting: the user's, the defaults for the rest."""
+  return {s.name: s.value(s.default if getattr(config, s.name) is None
+                          else getattr(config, s.name)) for s in SETTINGS}
 
 
-def device_defines(config, class_balanced: bool) -> dict[str, str]:
-  """The settings a device runs (batch 1) as the FORGE_APP_GATE_* C literals a firmware
-  build takes (forge_controller_settings.h)."""
-  resolved = settings(config, 1, class_balanced)
-  literal = {"u32": str, "f64": lambda v: repr(float(v)),
-             "bool": lambda v: "true" if v else "false"}
+def device_defines(config) -> dict[str, str]:
+  """The settings as the FORGE_APP_GATE_* C literals a firmware build takes
+  (forge_controller_settings.h)."""
+  resolved = settings(config)
+  literal = {"u32": str, "f64": lambda v: repr(float(v))}
   return {f"FORGE_APP_GATE_{s.macro}": literal[s.kind](resolved[s.name]) for s in SETTINGS}
 
 
-def host_arguments(config, class_balanced: bool) -> list[str]:
+def host_arguments(config) -> list[str]:
   """The same settings as the host app's --gate_<name>= arguments."""
-  resolved = settings(config, 1, class_balanced)
-  text = {"u32": str, "f64": repr, "bool": lambda v: str(int(v))}
-  return [f"--gate_{s.name}={text[s.kind](resolved[s.name])}" for s in SETTINGS]
+  resolved = settings(config)
+  return [f"--gate_{s.name}={resolved[s.name]!r}" for s in SETTINGS]
 
 
 class GatedForge(Int8Method):
   name = "forge-gated"
   adaptive = True
 
-  def __init__(self, model, config=None, batch_size: int = 64):
+  def __init__(self, model, config=None):
     super().__init__(model)
     self.config = GateConfig() if config is None else config
-    self.settings = settings(self.config, batch_size, model.class_balanced)
+    self.settings = settings(self.config)
     self.reset()
 
   def reset(self):
@@ -167,8 +140,6 @@ class GatedForge(Int8Method):
         self._decided(event)
     else:
       y = self.model.run(x_int8, mode=MODES[c.op_mode(step)])
-      if step == _c.STEP_OBSERVE:
-        self.model.observe(y)  # The guard's detector keeps reading (SPEC "Observe").
       c.ran(np.ascontiguousarray(y), n)
     self.images += n
     self.images_adapted += n if adapting else 0
@@ -181,13 +152,8 @@ class GatedForge(Int8Method):
     self.last_correlated = c.correlated
     self.last_agreement = c.agreement
     self.last_chance = c.chance
-    if event == _c.EVENT_OFF_RESET:
+    if event == _c.EVENT_OFF:
       self.model.reset()
-
-  @property
-  def off_mode(self) -> str:
-    """What runs while off: SOURCE with the state kept, else FROZEN (reset)."""
-    return SOURCE if self.settings["keep_state"] else FROZEN
 
   @property
   def adapted_fraction(self) -> float:

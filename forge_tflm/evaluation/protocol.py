@@ -114,7 +114,7 @@ def build_methods(config: EvalConfig, artifact, float_model, contract):
         raise ValueError(f"method {name} needs the int8 artifact (.tflite)")
       model = SegmentedModel.from_artifact(artifact, config.kernels)
       override_options(model, **config.option_overrides)
-      methods[name] = (GatedForge(model, config.gate, config.batch_size)
+      methods[name] = (GatedForge(model, config.gate)
                        if name == "forge-gated"
                        else INT8_METHODS[name](model))
     else:

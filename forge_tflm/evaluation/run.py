@@ -47,9 +47,7 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
   needs_float = keras_path and any(m in FP32_NAMES for m in config.methods)
   if needs_float:
     meta["float_model"] = {"path": keras_path, "sha256": file_sha256(keras_path)}
-  balanced = bool(artifact is not None and artifact.manifest is not None
-                  and artifact.manifest.class_balanced)
-  meta["config"] = _config_json(config, balanced)
+  meta["config"] = _config_json(config)
   names = [s.name for s in streams]
   if len(set(names)) != len(names):
     raise ValueError(f"stream names repeat: {names}")
@@ -213,10 +211,9 @@ def _load_keras(path: str):
                      f" {first[:200]})") from e
 
 
-def _config_json(config: EvalConfig, class_balanced: bool) -> dict:
-  """The configuration as results.json records it, the gate's derived settings included."""
+def _config_json(config: EvalConfig) -> dict:
+  """The configuration as results.json records it, the gate's defaults filled in."""
   d = dataclasses.asdict(config)
   d["methods"] = list(config.methods)
-  # The gate's settings as used (derived from the batch size and the model).
-  d["gate"] = gate_settings(config.gate, config.batch_size, class_balanced)
+  d["gate"] = gate_settings(config.gate)  # As used.
   return d

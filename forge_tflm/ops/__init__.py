@@ -67,11 +67,11 @@ class RecalibState:
     self.data = self._clean()
     # Class-balanced statistics (SPEC "Class-balanced statistics"): the class offsets
     # [K, C] (constants), the class state block (the C core's layout, one buffer) with
-    # its views `classes` [2, K, C], `blind` [2, C] and `detector` [K + 3] (SPEC
-    # "Guard"), and the moments of the last adapt invocation's images waiting for
-    # their labels ([2, N, C], None when committed).
+    # its view `classes` [2, K, C], and the moments of the last adapting invocation's
+    # images waiting for their labels ([2, N, C], None when committed). `data` stays
+    # the label-blind statistics.
     self.offsets = None if offsets is None else np.ascontiguousarray(offsets, np.float32)
-    self.block = self.classes = self.blind = self.detector = None
+    self.block = self.classes = None
     self.pending = None
     if self.offsets is not None:
       self._set_block(reference.classes_reset(self.beta, self.gamma_abs, self.offsets))
@@ -87,18 +87,11 @@ class RecalibState:
 
   def _set_block(self, block: np.ndarray) -> None:
     self.block = block
-    self.classes, self.blind, self.detector = reference.class_views(
-        block, self.offsets.shape[0], self.channels)
+    self.classes = reference.class_views(block, self.offsets.shape[0], self.channels)
 
   @property
   def channels(self) -> int:
     return self.beta.shape[0]
-
-  @property
-  def labels_correlated(self) -> bool:
-    """The guard's flag (SPEC "Guard"): the op normalizes with its class statistics,
-    else (clear, or no class statistics) with label-blind ones."""
-    return self.detector is not None and bool(self.detector[self.offsets.shape[0] + 2])
 
   @property
   def mu(self) -> np.ndarray:
@@ -124,7 +117,7 @@ class RecalibState:
     other.beta, other.gamma_abs, other.offsets = self.beta, self.gamma_abs, self.offsets
     other.int_scale = self.int_scale
     other.data = self.data.copy()
-    other.block = other.classes = other.blind = other.detector = None
+    other.block = other.classes = None
     if self.block is not None:
       other._set_block(self.block.copy())
     other.pending = None if self.pending is None else self.pending.copy()
@@ -149,49 +142,41 @@ def forge_recalib_reference(x: np.ndarray, state: RecalibState,
   if x.shape[-1] != state.channels:
     raise ValueError(f"x has {x.shape[-1]} channels, state has {state.channels}")
   _code(_MODE_CODES, mode, "mode")
-  if mode == "adapt_safe":  # SPEC "Modes"
+  if mode == "adapt_safe" and (opts.label_safe or opts.classes is None):  # SPEC "Modes"
     mode = "adapt" if opts.label_safe else "source"
   _check_classes(opts, state)
   q = reference.prepare_quant(opts.activation, quant.s_x, quant.z_x,
                               quant.s_y, quant.z_y)
-  if opts.classes is not None and mode != "source":
-    guard = opts.class_guard is not None
-    state.block[:], state.data[:] = reference.classes_mixture(
-        state.beta, state.gamma_abs, state.offsets, state.block, guard)
-    blind = guard and not state.labels_correlated
-    if blind and mode == "adapt":  # SPEC "Guard": the plain op on the label-blind block.
-      y, new_blind = reference.recalib_step(x, state.beta, state.gamma_abs,
-                                            state.blind.reshape(-1), opts=opts, q=q,
-                                            mode="adapt")
-      state.blind[:] = new_blind.reshape(2, -1)
-      state.data[:] = new_blind
-    else:
-      y, _ = reference.recalib_step(x, state.beta, state.gamma_abs, state.data,
-                                    opts=opts, q=q, mode="frozen")
-    if mode == "adapt":
-      state.pending = reference.image_moments(x, q)
+  if opts.classes is not None and mode in ("adapt", "adapt_safe"):
+    pending = reference.image_moments(x, q)  # Until the labels (SPEC "Commit").
+  if mode == "adapt_safe":  # SPEC "Class-balanced statistics": the class mixture.
+    state.block[:], mixture = reference.classes_mixture(
+        state.beta, state.gamma_abs, state.offsets, state.block)
+    y, _ = reference.recalib_step(x, state.beta, state.gamma_abs, mixture, opts=opts,
+                                  q=q, mode="frozen")
+    state.pending = pending
     return y
   step = reference.int_recalib_step if opts.integer else reference.recalib_step
   y, new_state = step(x, state.beta, state.gamma_abs, state.data, opts=opts, q=q,
                       mode=mode)
   state.data[:] = new_state
+  if opts.classes is not None and mode == "adapt":
+    state.pending = pending
   return y
 
 
 def forge_recalib_reference_commit(labels, state: RecalibState,
-                                   opts: RecalibOptions, detector_labels=None) -> None:
-  """Numpy reference of the deferred class update: the last adapt invocation's images
-  enter their labelled classes (-1: not at all) and, with the guard, the label-blind
-  statistics and the detector (detector_labels, default labels); a no-op without
-  pending images."""
+                                   opts: RecalibOptions) -> None:
+  """Numpy reference of the deferred class update: the last adapting invocation's
+  images enter their labelled classes (-1: not at all); a no-op without pending
+  images."""
   _check_classes(opts, state)
   if opts.classes is None:
     raise ValueError("class commit without the classes option")
   if state.pending is None:
     return
   _check_labels(labels, state.pending.shape[1])
-  state.block[:] = reference.classes_commit(state.block, state.pending, labels, opts,
-                                            detector_labels)
+  state.block[:] = reference.classes_commit(state.block, state.pending, labels, opts)
   state.pending = None
 
 
@@ -284,24 +269,18 @@ class RecalibOp:
     code = _code(_MODE_CODES, mode, "mode")
     st = self.state
     pending = None
-    if self.class_balanced and mode != "source":
-      # SPEC "Class-balanced statistics": the class mixture normalizes (frozen), and
-      # an adapt invocation's images wait with their moments for their labels.
-      if mode == "adapt":
-        pending = np.empty((2,) + (x.shape[0], x.shape[-1]), np.float32)
-        self._prepared.image_moments(x, pending)  # Before y may overwrite x.
-      blind = core().classes_mixture(st.beta, st.gamma_abs, st.offsets, st.block,
-                                     st.data, int(self.options.class_guard is not None))
-      if not (blind and mode == "adapt"):
-        code = _MODE_CODES["frozen"]
-      else:  # SPEC "Guard": the plain op on the label-blind statistics.
-        self._prepared.run(x, out, st.blind.reshape(-1), code,
-                           _code(_PATH_CODES, path, "per-element path"),
-                           _code(_VARIANT_CODES, variant, "variant"))
-        st.data[:] = st.blind.reshape(-1)
-        st.pending = pending
-        return out
-    self._prepared.run(x, out, st.data, code,
+    if self.class_balanced and mode in ("adapt", "adapt_safe"):
+      # SPEC "Class-balanced statistics": the images wait with their moments for their
+      # labels; adapt_safe normalizes with the class mixture (frozen), adapt and
+      # frozen with the label-blind `data` like the plain op.
+      pending = np.empty((2,) + (x.shape[0], x.shape[-1]), np.float32)
+      self._prepared.image_moments(x, pending)  # Before y may overwrite x.
+    stats = st.data
+    if mode == "adapt_safe":
+      stats = np.empty_like(st.data)
+      core().classes_mixture(st.beta, st.gamma_abs, st.offsets, st.block, stats)
+      code = _MODE_CODES["frozen"]
+    self._prepared.run(x, out, stats, code,
                        _code(_PATH_CODES, path, "per-element path"),
                        _code(_VARIANT_CODES, variant, "variant"))
     if pending is not None:
@@ -336,23 +315,6 @@ class RecalibOp:
     self._prepared.classes_commit_s8(self.state.pending, logits, self.state.block)
     self.state.pending = None
 
-  def observe_output(self, logits) -> None:
-    """The guard's detector takes each image's argmax of a source-mode int8 output
-    [N, K] (SPEC "Observe"; ForgeRecalibControl::ObserveOutput), the statistics and
-    anything pending left alone. A no-op without class_guard."""
-    if not self.class_balanced:
-      raise ValueError("observe needs the classes option")
-    logits = np.ascontiguousarray(logits, np.int8)
-    if logits.ndim != 2 or logits.shape[1] != self.options.classes or not len(logits):
-      raise ValueError(f"logits must be int8 [N, {self.options.classes}] (K = classes),"
-                       f" got {logits.shape}")
-    self._prepared.classes_observe_s8(logits, self.state.block)
-
-  def reference_observe_output(self, logits) -> None:
-    """The numpy definition of observe_output on the same state (tests)."""
-    self.state.block[:] = reference.classes_observe(
-        self.state.block, np.asarray(logits, np.int8), self.state.channels, self.options)
-
   def reference_commit(self, labels) -> None:
     """The numpy definition of commit on the same state (tests)."""
     forge_recalib_reference_commit(labels, self.state, self.options)
@@ -361,7 +323,7 @@ class RecalibOp:
     """The numpy definition of commit_output on the same state (tests)."""
     forge_recalib_reference_commit(
         reference.class_labels_s8(logits, self.options.class_margin or 0), self.state,
-        self.options, reference.class_labels_s8(logits, 0))
+        self.options)
 
   def reference(self, x: np.ndarray, mode: str = "adapt") -> np.ndarray:
     """The numpy definition on the same state (tests)."""

@@ -494,44 +494,14 @@ static PyObject* prepared_classes_commit_s8(Prepared* p, PyObject* args) {
   Py_RETURN_NONE;
 }
 
-/* classes_observe_s8(logits, class_state): logits int8 [N, K] of a source-mode
- * output; the guard's detector takes each image's argmax (SPEC "Observe"). */
-static PyObject* prepared_classes_observe_s8(Prepared* p, PyObject* args) {
-  PyObject *ol, *os;
-  Buf logits, cs;
-  Py_ssize_t n;
-  int status;
-  const char* msg = NULL;
-  if (!PyArg_ParseTuple(args, "OO", &ol, &os)) return NULL;
-  if (p->opts.classes < 1) {
-    PyErr_SetString(PyExc_ValueError, "observe without the classes option");
-    return NULL;
-  }
-  if (get_logits(p, ol, &logits, &n)) return NULL;
-  if (get_buf(os, &cs, 1, 'f', 4,
-              (Py_ssize_t)forge_recalib_class_floats(p->c, p->opts.classes),
-              "class_state")) {
-    release(&logits);
-    return NULL;
-  }
-  status = forge_recalib_classes_observe_s8(
-      (const int8_t*)logits.view.buf, n > FORGE_RECALIB_MAX_M ? 0 : (int32_t)n, p->c,
-      &p->opts, (float*)cs.view.buf, &msg);
-  release(&logits);
-  release(&cs);
-  if (status != FORGE_RECALIB_OK) return raise_status(status, msg);
-  Py_RETURN_NONE;
-}
-
 /* Class-balanced statistics of a node: reset (mixture=0) or mixture (1). */
 static PyObject* classes_call(PyObject* args, int mixture) {
   PyObject *ob, *og, *oo, *os, *ot = NULL;
   Buf b, g, o, cs, st;
   Py_ssize_t c, k;
-  int status = FORGE_RECALIB_OK, guard = 0, blind = 0;
+  int status = FORGE_RECALIB_OK;
   const char* msg = NULL;
-  if (!PyArg_ParseTuple(args, mixture ? "OOOOOi" : "OOOO", &ob, &og, &oo, &os, &ot,
-                        &guard)) {
+  if (!PyArg_ParseTuple(args, mixture ? "OOOOO" : "OOOO", &ob, &og, &oo, &os, &ot)) {
     return NULL;
   }
   memset(&st, 0, sizeof(st));
@@ -567,9 +537,9 @@ static PyObject* classes_call(PyObject* args, int mixture) {
     return NULL;
   }
   if (mixture) {
-    blind = forge_recalib_classes_mixture((const float*)b.view.buf, (const float*)g.view.buf,
+    forge_recalib_classes_mixture((const float*)b.view.buf, (const float*)g.view.buf,
                                   (const float*)o.view.buf, (int32_t)c, (int32_t)k,
-                                  guard != 0, (float*)cs.view.buf, (float*)st.view.buf);
+                                  (float*)cs.view.buf, (float*)st.view.buf);
   } else {
     status = forge_recalib_classes_reset((const float*)b.view.buf,
                                          (const float*)g.view.buf,
@@ -582,7 +552,6 @@ static PyObject* classes_call(PyObject* args, int mixture) {
   release(&cs);
   release(&st);
   if (status != FORGE_RECALIB_OK) return raise_status(status, msg);
-  if (mixture) return PyBool_FromLong(blind);
   Py_RETURN_NONE;
 }
 
@@ -671,8 +640,6 @@ static PyMethodDef kPreparedMethods[] = {
      "classes_commit(pending, labels, class_state): labels int32 [N]"},
     {"classes_commit_s8", (PyCFunction)prepared_classes_commit_s8, METH_VARARGS,
      "classes_commit_s8(pending, logits, class_state): logits int8 [N, K]"},
-    {"classes_observe_s8", (PyCFunction)prepared_classes_observe_s8, METH_VARARGS,
-     "classes_observe_s8(logits, class_state): the detector takes each argmax"},
     {"int_state_reset", (PyCFunction)prepared_int_state_reset, METH_VARARGS,
      "int_state_reset(state): the integer arithmetic's reset state, int32 [2C]"},
     {"bench", (PyCFunction)prepared_bench, METH_VARARGS,
@@ -723,8 +690,8 @@ static PyMethodDef kMethods[] = {
     {"classes_reset", py_classes_reset, METH_VARARGS,
      "classes_reset(beta, gamma_abs, offsets, class_state)"},
     {"classes_mixture", py_classes_mixture, METH_VARARGS,
-     "classes_mixture(beta, gamma_abs, offsets, class_state, state, guard) -> True when"
-     " the label-blind statistics are in use"},
+     "classes_mixture(beta, gamma_abs, offsets, class_state, mixture): the class"
+     " mixture (mu, var) into mixture [2 C]"},
     {"class_labels_s8", py_class_labels_s8, METH_VARARGS,
      "class_labels_s8(logits [N, K] int8, margin) -> list of labels (the argmax,"
      " lowest index on ties, when it leads by >= margin, else -1)"},
@@ -800,8 +767,6 @@ PyMODINIT_FUNC PyInit__forge_recalib_core(void) {
       PyModule_AddIntConstant(m, "MAX_M", FORGE_RECALIB_MAX_M) != 0 ||
       PyModule_AddIntConstant(m, "MAX_C", FORGE_RECALIB_MAX_C) != 0 ||
       PyModule_AddIntConstant(m, "MAX_CLASSES", FORGE_RECALIB_MAX_CLASSES) != 0 ||
-      PyModule_AddIntConstant(m, "MIN_GUARD", FORGE_RECALIB_MIN_GUARD) != 0 ||
-      PyModule_AddIntConstant(m, "MAX_GUARD", FORGE_RECALIB_MAX_GUARD) != 0 ||
       PyModule_AddIntConstant(m, "MAX_OPTIONS_BYTES",
                               FORGE_RECALIB_MAX_OPTIONS_BYTES) != 0 ||
       /* Arena accounting per node on 32-bit TFLM (forge_recalib.h). */

@@ -2,7 +2,7 @@
 
 Every figure comes from the C side (forge_recalib.h through the binding): the state
 block (forge_recalib_state_floats: 8 B per channel, with K classes and a batch of N
-16 + 8 K + 8 N B per channel and 4 (K + 3) B per node), the kernel's op data and
+8 + 8 K + 8 N B per channel), the kernel's op data and
 TFLM's per-node bookkeeping (both checked against the real struct layouts by a
 static_assert in every 32-bit build of the kernel), and the scratch the core asks for. Measured arenas per target are in
 benchmarks/results/mcu_memory.md (benchmarks/bench_mcu_memory.py).
@@ -36,7 +36,8 @@ class NodeMemory:
   16-byte buffer alignment in the arena); tflm_node: TFLM's NodeAndRegistration, the
   TfLiteEvalTensors of y, beta and gamma_abs and a scratch handle; scratch_*:
   non-persistent, shared with every other op's (it adds to the arena only if it
-  exceeds the model's peak); the table path needs scratch_table.
+  exceeds the model's peak); the table path needs scratch_table. Class-balanced nodes
+  need 8 B per channel more scratch for the class mixture.
   """
   channels: int
   classes: int = 0  # K of class-balanced statistics; 0: off.
@@ -44,14 +45,8 @@ class NodeMemory:
 
   @property
   def state_per_channel(self) -> int:
-    """SRAM bytes of state per channel: 8, or with K classes 16 + 8 K + 8 N."""
-    return (state_bytes(2, self.classes, self.batch)
-            - state_bytes(1, self.classes, self.batch))
-
-  @property
-  def state_per_node(self) -> int:
-    """SRAM bytes of state that do not scale with channels (the guard's detector)."""
-    return state_bytes(1, self.classes, self.batch) - self.state_per_channel
+    """SRAM bytes of state per channel: 8, or with K classes 8 + 8 K + 8 N."""
+    return state_bytes(1, self.classes, self.batch)
 
   @property
   def state(self) -> int:
@@ -75,18 +70,21 @@ class NodeMemory:
     return _aligned(self.state) + _aligned(self.op_data) + self.tflm_node
 
   @property
+  def _mixture(self) -> int:
+    return 2 * _FLOAT * self.channels if self.classes else 0
+
+  @property
   def scratch_affine(self) -> int:
-    return core().scratch_bytes(self.channels)[0]
+    return core().scratch_bytes(self.channels)[0] + self._mixture
 
   @property
   def scratch_table(self) -> int:
-    return core().scratch_bytes(self.channels)[1]
+    return core().scratch_bytes(self.channels)[1] + self._mixture
 
   def to_json(self) -> dict:
     out = {"state_bytes": self.state, "state_bytes_per_channel": self.state_per_channel}
     if self.classes:
       out.update(classes=self.classes, batch=self.batch,
-                 state_bytes_per_node=self.state_per_node,
                  class_offsets_bytes_flash=self.offsets_flash)
     return out | {"op_data_bytes_32bit": self.op_data,
             "tflm_node_bytes_32bit": self.tflm_node,

@@ -31,7 +31,6 @@ _CORE = core()
 
 MAX_OPTIONS_BYTES = _CORE.MAX_OPTIONS_BYTES
 MAX_CLASSES = _CORE.MAX_CLASSES
-MIN_GUARD, MAX_GUARD = _CORE.MIN_GUARD, _CORE.MAX_GUARD
 DEFAULT_EPS = float(np.float32(_CORE.DEFAULT_EPS))
 VARIANCES: tuple[str, ...] = _CORE.VARIANCES
 ARITHMETICS: tuple[str, ...] = _CORE.ARITHMETICS
@@ -129,10 +128,6 @@ class RecalibOptions:
   # leads the next by at least this many output quantization steps (SPEC "Labels");
   # None (0 in the C struct): every image's argmax enters. Set by the converter.
   class_margin: int | None = None
-  # With classes: normalize with label-blind statistics unless the predicted labels
-  # look correlated (SPEC "Guard"); the detector's label-histogram window in images.
-  # None (0 in the C struct): always the class mixture. Set by the converter.
-  class_guard: int | None = None
   # SPEC "Integer arithmetic": "int" runs the op in fixed point (no float operation);
   # None (the C default, "float"): the float32 SPEC.
   arithmetic: str | None = dataclasses.field(
@@ -195,18 +190,6 @@ class RecalibOptions:
         raise ValueError("class_margin needs classes")
       else:
         object.__setattr__(self, "class_margin", int(self.class_margin))
-    if self.class_guard is not None:
-      if not isinstance(self.class_guard, numbers.Integral) or isinstance(
-          self.class_guard, (bool, np.bool_)):
-        raise ValueError("class_guard must be an integer")
-      if self.class_guard == 0:  # The C default: always the class mixture.
-        object.__setattr__(self, "class_guard", None)
-      elif not MIN_GUARD <= int(self.class_guard) <= MAX_GUARD:
-        raise ValueError("class_guard must be 0 (off) or in [32, 2^24]")
-      elif self.classes is None:
-        raise ValueError("class_guard needs classes")
-      else:
-        object.__setattr__(self, "class_guard", int(self.class_guard))
     if self.arithmetic is not None:
       if self.arithmetic not in ARITHMETICS:
         raise ValueError(f"unknown arithmetic {self.arithmetic!r} (one of"

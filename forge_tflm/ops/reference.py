@@ -190,17 +190,13 @@ def check_offsets(offsets: np.ndarray) -> None:
 
 def class_floats(channels: int, classes: int) -> int:
   """Floats of a class state block (SPEC "State" of class-balanced statistics): the
-  class means and variances [2, K, C], the guard's label-blind [2, C] and its
-  detector [K + 3] (histogram, agreement, previous label, flag)."""
-  return 2 * classes * channels + 2 * channels + classes + 3
+  class means and variances [2, K, C]."""
+  return 2 * classes * channels
 
 
-def class_views(block: np.ndarray, classes: int, channels: int):
-  """(class state [2, K, C], label-blind [2, C], detector [K + 3]) views of a block."""
-  kc = classes * channels
-  return (block[:2 * kc].reshape(2, classes, channels),
-          block[2 * kc:2 * kc + 2 * channels].reshape(2, channels),
-          block[2 * kc + 2 * channels:])
+def class_views(block: np.ndarray, classes: int, channels: int) -> np.ndarray:
+  """The class state [2, K, C] view of a block."""
+  return block.reshape(2, classes, channels)
 
 
 def _classes_reset_channels(beta, gamma_abs, offsets) -> np.ndarray:
@@ -218,21 +214,6 @@ def _classes_reset_channels(beta, gamma_abs, offsets) -> np.ndarray:
   return np.stack([means, np.broadcast_to(within, offsets.shape)]).astype(np.float32)
 
 
-def _detector_reset(k: int) -> np.ndarray:
-  u = F32(F32(1.0) / F32(k))
-  return np.array([u] * k + [u, -1.0, 0.0], np.float32)
-
-
-def _detector_usable(det: np.ndarray, k: int) -> bool:
-  with np.errstate(invalid="ignore"):
-    if not np.all((det[:k + 1] >= 0) & (det[:k + 1] <= 1)):
-      return False
-  prev = float(det[k + 1])
-  if not (-1.0 <= prev < k and prev == int(prev)):
-    return False
-  return float(det[k + 2]) in (0.0, 1.0)
-
-
 def classes_reset(beta: np.ndarray, gamma_abs: np.ndarray,
                   offsets: np.ndarray) -> np.ndarray:
   """The class state block of a reset (class_floats(C, K) floats)."""
@@ -242,32 +223,20 @@ def classes_reset(beta: np.ndarray, gamma_abs: np.ndarray,
     raise ValueError("class offsets must be [K, C] with the node's C")
   k, c = offsets.shape
   block = np.empty(class_floats(c, k), np.float32)
-  cs, blind, det = class_views(block, k, c)
-  cs[:] = _classes_reset_channels(beta, gamma_abs, offsets)
-  blind[:] = reset_state(beta, gamma_abs).reshape(2, c)
-  det[:] = _detector_reset(k)
+  class_views(block, k, c)[:] = _classes_reset_channels(beta, gamma_abs, offsets)
   return block
 
 
 @np.errstate(all="ignore")
-def classes_mixture(beta, gamma_abs, offsets, block: np.ndarray, guard: bool = False):
-  """(repaired block, state [mu, var]): the class mixture, or with the guard on and
-  its flag clear, the label-blind statistics (SPEC "Guard")."""
+def classes_mixture(beta, gamma_abs, offsets, block: np.ndarray):
+  """(repaired block, the class mixture [mu, var])."""
   k, c = offsets.shape
   block = block.astype(np.float32).copy()
-  cs, blind, det = class_views(block, k, c)
+  cs = class_views(block, k, c)
   bad = ~(np.isfinite(cs[0]) & np.isfinite(cs[1]) & (cs[1] >= 0)).all(axis=0)
   if bad.any():
     clean = _classes_reset_channels(beta, gamma_abs, offsets)
     cs[:, :, bad] = clean[:, :, bad]
-  if guard:
-    if not _detector_usable(det, k):
-      det[:] = _detector_reset(k)
-    bad = ~(np.isfinite(blind[0]) & np.isfinite(blind[1]) & (blind[1] >= 0))
-    if bad.any():
-      blind[:, bad] = reset_state(beta, gamma_abs).reshape(2, c)[:, bad]
-    if det[k + 2] == 0:
-      return block, blind.reshape(-1).copy()
   s = cs[0, 0].copy()
   for j in range(1, k):
     s = (s + cs[0, j]).astype(np.float32)
@@ -305,75 +274,24 @@ def _commit_image(mu, var, mean, v, rate, running: bool) -> None:
   mu[:] = mu_new
 
 
-def _detector_take(det: np.ndarray, label: int, k: int, guard: int) -> None:
-  """One label into the guard's detector, in place (SPEC "Guard", "Detector")."""
-  rl = F32(F32(1.0) / F32(guard))
-  ra = min(F32(F32(32.0) / F32(guard)), F32(1.0))
-  keep = F32(F32(1.0) - rl)
-  det[:k] = (keep * det[:k]).astype(np.float32)
-  det[label] = F32(det[label] + rl)
-  if det[k + 1] >= 0:
-    agree = F32(1.0) if F32(label) == det[k + 1] else F32(0.0)
-    det[k] = F32(F32(F32(F32(1.0) - ra) * det[k]) + F32(ra * agree))
-  det[k + 1] = F32(label)
-
-
-def _detector_decide(det: np.ndarray, k: int) -> None:
-  """The flag after a batch of labels (SPEC "Detector")."""
-  e = F32(0.0)
-  for j in range(k):
-    e = F32(e + F32(det[j] * det[j]))
-  det[k + 2] = F32(1.0) if det[k] > F32(F32(1.75) * e) else F32(0.0)
-
-
 @np.errstate(all="ignore")
 def classes_commit(block: np.ndarray, pending: np.ndarray, labels,
-                   opts: RecalibOptions, detector_labels=None) -> np.ndarray:
+                   opts: RecalibOptions) -> np.ndarray:
   """The class state block after each image (in order) entered its labelled class
-  and, with the guard, the detector (which takes `detector_labels`, by default
-  `labels`; -1 skips)."""
+  (-1 skips)."""
   if opts.classes is None:
     raise ValueError("class commit without the classes option")
   labels = np.asarray(labels, np.int64)
   if np.any((labels < -1) | (labels >= opts.classes)):
     raise ValueError("a label must be a class in [0, K) or -1")
-  det_labels = labels if detector_labels is None else np.asarray(detector_labels,
-                                                                 np.int64)
   k, c = opts.classes, pending.shape[2]
   rate, running = opts.class_rate(), opts.variance == "running"
   block = block.astype(np.float32).copy()
-  cs, _, det = class_views(block, k, c)
-  guard = opts.class_guard
-  if guard is not None and not _detector_usable(det, k):
-    det[:] = _detector_reset(k)
+  cs = class_views(block, k, c)
   for i, label in enumerate(labels):
     if label >= 0:
       _commit_image(cs[0, label], cs[1, label], pending[0, i], pending[1, i], rate,
                     running)
-    if guard is not None and det_labels[i] >= 0:
-      _detector_take(det, int(det_labels[i]), k, guard)
-  if guard is not None:
-    _detector_decide(det, k)
-  return block
-
-
-@np.errstate(all="ignore")
-def classes_observe(block: np.ndarray, logits: np.ndarray, channels: int,
-                    opts: RecalibOptions) -> np.ndarray:
-  """The class state block after the guard's detector took each image's argmax of a
-  source-mode output (SPEC "Observe"); the statistics are left alone."""
-  if opts.classes is None:
-    raise ValueError("observe without the classes option")
-  block = block.astype(np.float32).copy()
-  if opts.class_guard is None:
-    return block
-  k = opts.classes
-  _, _, det = class_views(block, k, channels)
-  if not _detector_usable(det, k):
-    det[:] = _detector_reset(k)
-  for label in class_labels_s8(logits, 0):
-    _detector_take(det, int(label), k, opts.class_guard)
-  _detector_decide(det, k)
   return block
 
 

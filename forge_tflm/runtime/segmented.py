@@ -305,12 +305,12 @@ class SegmentedModel:
 
   @property
   def class_balanced(self) -> bool:
-    """Some site keeps class-balanced statistics: each adapt run() must be followed by
-    commit() with the predictions (SPEC "Class-balanced statistics")."""
+    """Some site keeps class-balanced statistics: each adapt or adapt_safe run() must be
+    followed by commit() with the predictions (SPEC "Class-balanced statistics")."""
     return any(n.op.class_balanced for n in self.nodes)
 
   def commit(self, y: np.ndarray) -> None:
-    """The deferred class update after an adapt run(): y is that run's int8 output
+    """The deferred class update after an adapting run(): y is that run's int8 output
     [N, K]; at every class-balanced site each image enters its predicted class when
     the prediction leads by the site's class_margin (SPEC "Labels"; a device passes
     the same output to ForgeRecalibControl::CommitOutput). A no-op for other sites
@@ -325,18 +325,6 @@ class SegmentedModel:
                            f" {node.op.options.classes} classes but the model's output"
                            f" has {logits.shape[1]} values per image")
         node.op.commit_output(logits)
-
-  def observe(self, y: np.ndarray) -> None:
-    """After a source-mode run(): its int8 output [N, K] feeds the guard's detector at
-    every class-balanced site (SPEC "Observe"; a device passes the same output to
-    ForgeRecalibControl::ObserveOutput), so the detector keeps reading the stream
-    while nothing adapts. The statistics are left alone; a no-op for other sites."""
-    if not self.class_balanced:
-      return
-    logits = np.asarray(y).reshape(len(y), -1)
-    for node in self.nodes:
-      if node.op.class_balanced:
-        node.op.observe_output(logits)
 
   def get_state(self) -> list[np.ndarray]:
     return [n.state.data.copy() for n in self.nodes]

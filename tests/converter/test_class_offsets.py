@@ -7,7 +7,7 @@ import pytest
 from forge_tflm import tflite_graph as tg
 from forge_tflm.artifact import Artifact
 from forge_tflm.converter import class_offsets
-from forge_tflm.converter.options import DEFAULT_CLASS_GUARD, ConvertOptions
+from forge_tflm.converter.options import ConvertOptions
 from forge_tflm.converter.pipeline import convert
 from forge_tflm.converter.sites import ConversionError
 from forge_tflm.data.imageset import ImageSet
@@ -83,18 +83,15 @@ def test_the_class_margin_is_in_output_steps_and_in_the_manifest(tmp_path):
   assert class_offsets.margin_steps(1e6, 0.1) == 255
   with pytest.raises(ValueError, match="class_margin"):
     ConvertOptions(class_margin=-1.0)
-  with pytest.raises(ValueError, match=r"class_guard must be 0 \(off\) or in \[32"):
-    ConvertOptions(class_guard=31)
   src = str(tmp_path / "tiny.keras")
   tiny_models.tiny_resnet().save(src)
   out = str(tmp_path / "margin.tflite")
   convert(src, out, _labelled(), ConvertOptions(calibration_size=32, class_images=100,
-                                                class_margin=2.0, class_guard=0))
+                                                class_margin=2.0))
   art = Artifact.load(out, require_manifest=True)
   scale = art.manifest.to_json()["output"]["quantization"]["scale"]
   for site in art.manifest.sites:
     assert site.options.class_margin == class_offsets.margin_steps(2.0, scale)
-    assert site.options.class_guard is None  # 0: the class mixture always.
   assert SegmentedModel.from_artifact(art).nodes[0].op.options.class_margin == \
       art.manifest.sites[0].options.class_margin
 
@@ -104,15 +101,12 @@ def test_manifest_states_the_bytes_per_channel(converted):
   m = result.manifest
   for s in m.to_json()["sites"]:
     mem = s["memory"]
-    # [mu, var], 10 classes, the guard's label-blind pair, one pending image; the
-    # guard's detector (K + 3 floats) per op.
-    assert mem["state_bytes_per_channel"] == 8 + 8 * 10 + 8 + 8
-    assert mem["state_bytes_per_node"] == 4 * (10 + 3)
-    assert mem["state_bytes"] == 104 * s["channels"] + 52
+    # [mu, var] (label-blind), 10 classes, one pending image.
+    assert mem["state_bytes_per_channel"] == 8 + 8 * 10 + 8
+    assert mem["state_bytes"] == 96 * s["channels"]
     assert mem["class_offsets_bytes_flash"] == 4 * 10 * s["channels"]
     assert s["target_bytes"] == 8 * s["channels"] + 4 * 10 * s["channels"]
-    assert s["options"]["class_guard"] == DEFAULT_CLASS_GUARD
-  assert m.state_bytes == 104 * m.channels + 52 * len(m.sites)
+  assert m.state_bytes == 96 * m.channels
 
 
 def test_source_mode_is_the_plain_model_and_adapt_commits(converted):

@@ -144,7 +144,7 @@ _INTS = [0, 1, 2, 3, 8, 10, 31, 32, 33, 64, 100, 255, 256, 257, 2**24, 2**24 + 1
          2**31 - 1, 2**31, 2**32, -1, -5, -2**31, 2**63 - 1]
 _STRINGS = ["none", "relu", "relu6", "batch", "running", "", "RELU", "relu1", "train",
             "none\x00", "momentum"]
-_UNKNOWN_KEYS = ["momentun", "extra", "", "classes_", "Window", "guard"]
+_UNKNOWN_KEYS = ["momentun", "extra", "", "classes_", "Window", "class_guard"]
 
 
 def _field_kinds() -> dict[str, str]:
@@ -154,7 +154,7 @@ def _field_kinds() -> dict[str, str]:
 # Valid values of each field (half the time one of these: a valid map is then likely).
 _VALID = {"momentum": [0.0, 0.1, 1.0, 0.01], "window": [1, 8, 64, 640, 2**31 - 1],
           "eps": [1e-5, 1e-3, 1e-45, 3.4e38], "classes": [0, 2, 10, 256],
-          "class_margin": [0, 1, 3, 255], "class_guard": [0, 32, 1000, 2**24]}
+          "class_margin": [0, 1, 3, 255]}
 
 
 def _value_for(rng, key: str, kind: str):
@@ -263,10 +263,8 @@ def seed_options() -> list[ops.RecalibOptions]:
   for k in (2, 10, op_options.MAX_CLASSES):
     out += [ops.RecalibOptions(window=640, classes=k),
             ops.RecalibOptions(momentum=0.01, classes=k, class_margin=255),
-            ops.RecalibOptions(window=64, activation="relu", classes=k, class_margin=3,
-                               class_guard=op_options.MIN_GUARD),
-            ops.RecalibOptions(window=64, variance="batch", classes=k,
-                               class_guard=op_options.MAX_GUARD)]
+            ops.RecalibOptions(window=64, activation="relu", classes=k, class_margin=3),
+            ops.RecalibOptions(window=64, variance="batch", classes=k)]
   return out
 
 

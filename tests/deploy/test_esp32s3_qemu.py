@@ -237,8 +237,8 @@ def test_export_firmware_gated_runs_bit_exact_on_esp32s3(lib, artifacts, tmp_pat
   bit-exact on the 200-image stream: every image's path (source / adapt / frozen), its
   logits and prediction, every FORGE output and state, every gate decision. A short
   probe and period (16 / 40, as test_host_parity's gated tests) so that the stream
-  holds 5 decisions; forge_classes (class-balanced: state kept through an off
-  decision, an early decision) runs the gate's other settings."""
+  holds 5 decisions; forge_classes (class-balanced) normalizes with its class mixture
+  where the detector flags."""
   import collections
 
   from forge_tflm import deploy

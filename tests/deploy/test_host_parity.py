@@ -321,8 +321,7 @@ def test_export_firmware_embedded_build_verifies_bit_exact(tmp_path, artifacts, 
   from forge_tflm.artifact import Artifact
   from forge_tflm.evaluation.gate import DEVICE_PERIOD, GateConfig, device_defines
   assert device_gate().period == DEVICE_PERIOD
-  manifest = Artifact.load(artifacts["forge_3"]).manifest
-  for name, value in device_defines(device_gate(), manifest.class_balanced).items():
+  for name, value in device_defines(device_gate()).items():
     assert f"#define {name} {value}\n" in header
   # Exported for the gate (a short probe and period, so that 6 images hold decisions):
   # the embedded build's --gate verifies against it, and the adapting log does not.
@@ -391,18 +390,14 @@ def test_export_firmware_refuses_a_model_its_manifest_does_not_describe(tmp_path
   assert cli(["forge_tflm", "export-firmware", f"--data_dir={DATA_DIR}"]) == 1
 
 
-@pytest.mark.parametrize("early", [None, (4, 0.04)])
-def test_gated_app_matches_evaluator_forge_gated(artifacts, binaries, stream, tmp_path,
-                                                 early):
+def test_gated_app_matches_evaluator_forge_gated(artifacts, binaries, stream, tmp_path):
   """config.gate (esp32s3_app/core/forge_controller.h) is the evaluator's `forge-gated` at
   batch 1: the same path (source / adapt / frozen) and the same logits at every
   image, the same decisions at the same images, through several probes (short
   probe and period so that 200 images hold many): the shuffled stream without the
   label-correlation detector, then the same images sorted by class with the default
   detector, which must flag them, with every probe deciding "on" (delta -1) so that
-  the op's adapt_safe mode runs (the label-safe ops alone adapt). With the
-  default early rule (never on label-blind models), then with an early "on" after 4
-  images, which must end some probes early and leave others to their end."""
+  the op's adapt_safe mode runs (the label-safe ops alone adapt)."""
   from forge_tflm import deploy
   from forge_tflm.evaluation.gate import GateConfig, host_arguments
 
@@ -410,17 +405,13 @@ def test_gated_app_matches_evaluator_forge_gated(artifacts, binaries, stream, tm
   path = artifacts[name]
   shuffled = deploy.model_input(path, stream.images)
   by_class = shuffled[np.argsort(stream.labels, kind="stable")]
-  early_config = {}
-  if early is not None:
-    early_config = {"early_images": early[0], "early_delta": early[1]}
   ends = []  # Images into its probe at which each decision came.
   for x, window, delta in ((shuffled, 0, None), (by_class, None, -1.0)):
     images = deploy.write_image_stream(str(tmp_path / "images.bin"), x)
-    gate = GateConfig(probe_images=16, period=40, label_window=window, delta=delta,
-                      **early_config)
+    gate = GateConfig(probe_images=16, period=40, label_window=window, delta=delta)
     exp = deploy.expected_gated(path, x, gate)
     r = subprocess.run([binaries[target], path, images, f"--images={N_IMAGES}",
-                        "--trace=none", "--gate"] + host_arguments(gate, False),
+                        "--trace=none", "--gate"] + host_arguments(gate),
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     run = deploy.parse_app_output(r.stdout)
@@ -440,39 +431,28 @@ def test_gated_app_matches_evaluator_forge_gated(artifacts, binaries, stream, tm
     if window is None:
       assert all(d["on"] for d in exp.decisions) and "adapt" in exp.paths
     ends += [d["image"] % 40 for d in exp.decisions]
-    print(f"\n{target}/{name} gated (label_window {window}, early {early}): paths"
+    print(f"\n{target}/{name} gated (label_window {window}): paths"
           f" {exp.paths.count('adapt')} adapt, {exp.paths.count('source')} source,"
           f" {exp.paths.count('frozen')} frozen; decisions {[d['on'] for d in exp.decisions]}"
           f" at {[d['image'] % 40 for d in exp.decisions]} into their probes")
-  if early is None:
-    assert set(ends) == {15}
-  else:
-    assert 15 in ends and any(3 <= e < 15 for e in ends), ends
+  assert set(ends) == {15}
 
 
-@pytest.mark.parametrize("inert_score, early", [(0.0, None), (1e300, None), (0.0, (4, 0.04))])
-def test_gated_class_balanced_app_keeps_state_like_the_evaluator(artifacts, binaries, stream,
-                                                                tmp_path, inert_score, early):
-  """A class-balanced model's gate (gate.settings: state kept through an off decision,
-  source mode meanwhile; the source's outputs feed the guard's detector after an inert
-  probe: never, or after every off decision) on the images sorted by class: the same
-  paths, decisions, logits and predictions on the host app as in the evaluator. With
-  an early "on" after 4 images too."""
+def test_gated_class_balanced_app_matches_the_evaluator(artifacts, binaries, stream,
+                                                         tmp_path):
+  """A class-balanced model's gate on the images sorted by class, where the detector
+  flags and the adapting path normalizes with the class mixture (adapt_safe): the same
+  paths, decisions, logits and predictions on the host app as in the evaluator."""
   from forge_tflm import deploy
-  from forge_tflm.evaluation.gate import GateConfig, host_arguments, settings
+  from forge_tflm.evaluation.gate import GateConfig, host_arguments
 
   path = artifacts["forge_classes"]
   x = deploy.model_input(path, stream.images)[np.argsort(stream.labels, kind="stable")]
-  early_config = {}
-  if early is not None:
-    early_config = {"early_images": early[0], "early_delta": early[1]}
-  gate = GateConfig(probe_images=16, period=40, inert_score=inert_score, **early_config)
-  device = settings(gate, 1, True)
-  assert device["keep_state"]
+  gate = GateConfig(probe_images=16, period=40, delta=-1.0)  # Every probe: on.
   exp = deploy.expected_gated(path, x, gate)
   images = deploy.write_image_stream(str(tmp_path / "images.bin"), x)
   r = subprocess.run([binaries["reference"], path, images, f"--images={N_IMAGES}",
-                      "--trace=none", "--gate"] + host_arguments(gate, True),
+                      "--trace=none", "--gate"] + host_arguments(gate),
                      capture_output=True, text=True)
   assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
   run = deploy.parse_app_output(r.stdout)
@@ -486,6 +466,7 @@ def test_gated_class_balanced_app_keeps_state_like_the_evaluator(artifacts, bina
   np.testing.assert_array_equal(run.predictions, exp.predictions)
   # Sorted by class, the detector flags: adapting then runs in adapt_safe mode.
   assert any(d["correlated"] for d in exp.decisions)
-  print(f"\nforge_classes gated, state kept: paths {exp.paths.count('adapt')} adapt, "
+  assert all(d["on"] for d in exp.decisions) and "adapt" in exp.paths
+  print(f"\nforge_classes gated: paths {exp.paths.count('adapt')} adapt, "
         f"{exp.paths.count('source')} source; decisions {[d['on'] for d in exp.decisions]}"
         f", correlated {[d['correlated'] for d in exp.decisions]}")

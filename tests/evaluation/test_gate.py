@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from forge_tflm.evaluation import gate
-from forge_tflm.evaluation.gate import (SETTINGS, USER_SETTINGS, GateConfig, GatedForge,
+from forge_tflm.evaluation.gate import (SETTINGS, GateConfig, GatedForge,
                                         device_defines, host_arguments, settings)
 
 SCALE = 1 / 16  # The scripted model's int8 output scale (zero point 0).
@@ -72,11 +72,10 @@ def diverse(x):  # No runs, three classes.
 class ScriptedModel:
   """Stands in for SegmentedModel: int8 outputs depend on the mode; records calls."""
 
-  def __init__(self, adapt, source=confident(0.5), classes=2, class_balanced=False):
+  def __init__(self, adapt, source=confident(0.5), classes=2):
     self.adapt = confident(adapt) if isinstance(adapt, float) else adapt
     self.source = source
-    self.calls, self.resets, self.observed = [], 0, []
-    self.class_balanced = class_balanced
+    self.calls, self.resets = [], 0
     self.output_quant, self.output_shape = (SCALE, 0), (classes,)
 
   def reset(self):
@@ -88,9 +87,6 @@ class ScriptedModel:
 
   def dequantize_output(self, y):
     return y.astype(np.float32) * SCALE
-
-  def observe(self, y):
-    self.observed.append(y)
 
 
 class PhasedModel(ScriptedModel):
@@ -116,7 +112,7 @@ def _stream(gated, batches=6, batch_size=4):
 
 def test_adapting_that_undoes_a_class_collapse_turns_the_gate_on():
   model = ScriptedModel(adapt=spread(0.6), source=confident(0.9))
-  gated = GatedForge(model, GateConfig(probe_images=8), batch_size=4)
+  gated = GatedForge(model, GateConfig(probe_images=8))
   assert model.resets == 1  # Construction starts a stream.
   outs = _stream(gated, 4)
   assert gated.fired is True and gated.decisions == [True]
@@ -132,16 +128,16 @@ def test_adapting_that_undoes_a_class_collapse_turns_the_gate_on():
 def test_equally_diverse_paths_turn_it_off_and_reset_a_label_blind_model():
   # More confident, no more diverse: off; the label-blind model goes back to its targets.
   model = ScriptedModel(adapt=spread(0.9), source=spread(0.6))
-  gated = GatedForge(model, GateConfig(probe_images=8), batch_size=4)
+  gated = GatedForge(model, GateConfig(probe_images=8))
   _stream(gated, 4)
   assert gated.fired is False and abs(gated.last_score) < 1e-6
   assert model.calls[-2:] == ["frozen", "frozen"] and model.resets == 2
-  assert gated.off_mode == "frozen" and gated.adapted_fraction == 0.0
+  assert gated.adapted_fraction == 0.0
 
 
 def test_reset_starts_a_new_decision():
   gated = GatedForge(ScriptedModel(adapt=spread(0.6), source=confident(0.9)),
-                     GateConfig(probe_images=4), batch_size=4)
+                     GateConfig(probe_images=4))
   _stream(gated, 2)
   assert gated.fired
   gated.reset()
@@ -153,7 +149,7 @@ def test_the_probe_ends_at_the_first_batch_that_completes_it():
   # predicts one class throughout, a run the detector would flag: it is off here.
   for batch_size, batches in ((64, 4), (100, 3), (1, 256)):
     gated = GatedForge(ScriptedModel(adapt=spread(0.6), source=confident(0.9)),
-                       GateConfig(label_window=0), batch_size=batch_size)
+                       GateConfig(label_window=0))
     _stream(gated, batches - 1, batch_size)
     assert gated.decisions == [], batch_size
     _stream(gated, 1, batch_size)
@@ -164,7 +160,7 @@ def test_the_score_pools_images_whatever_the_batch_size():
   scores = []
   for batch_size, batches in ((1, 8), (4, 2), (8, 1)):
     gated = GatedForge(ScriptedModel(adapt=spread(0.7), source=confident(0.8)),
-                       GateConfig(probe_images=8), batch_size=batch_size)
+                       GateConfig(probe_images=8))
     _stream(gated, batches, batch_size)
     scores.append(gated.last_score)
   assert scores[0] == pytest.approx(scores[1], rel=1e-12) == pytest.approx(scores[2])
@@ -174,7 +170,7 @@ def test_a_periodic_gate_decides_again_and_turns_off_when_adapting_stops_helping
   # Batches of 4, a 4-image probe every 8 images: probes at batches 0, 2, 4.
   model = PhasedModel(before=spread(0.6), after=confident(0.9), switch=2)
   model.source = confident(0.9)
-  gated = GatedForge(model, GateConfig(probe_images=4, period=8), batch_size=4)
+  gated = GatedForge(model, GateConfig(probe_images=4, period=8))
   outs = _stream(gated, 6)
   assert gated.decisions == [True, False, False] and gated.fired is False
   # Batch 2 re-probes while on: both paths run and the adapted one predicts.
@@ -189,7 +185,7 @@ def test_a_periodic_gate_decides_again_and_turns_off_when_adapting_stops_helping
 def test_a_periodic_gate_turns_on_when_a_later_probe_finds_a_gain():
   model = PhasedModel(before=confident(0.9), after=spread(0.6), switch=1)
   model.source = confident(0.9)
-  gated = GatedForge(model, GateConfig(probe_images=4, period=8), batch_size=4)
+  gated = GatedForge(model, GateConfig(probe_images=4, period=8))
   _stream(gated, 4)
   assert gated.decisions == [False, True] and model.calls[-1] == "adapt"
 
@@ -197,7 +193,7 @@ def test_a_periodic_gate_turns_on_when_a_later_probe_finds_a_gain():
 def test_without_a_period_the_gate_decides_once():
   model = PhasedModel(before=spread(0.6), after=confident(0.9), switch=2)
   model.source = confident(0.9)
-  gated = GatedForge(model, GateConfig(probe_images=4), batch_size=4)
+  gated = GatedForge(model, GateConfig(probe_images=4))
   _stream(gated, 6)
   assert gated.decisions == [True] and gated.fired
 
@@ -270,7 +266,7 @@ def test_while_labels_look_correlated_only_the_label_safe_ops_adapt():
   gate keeps adapting in that mode while the detector flags."""
   i = np.arange(256)
   model = LabelledModel()  # The source in runs over two classes, adapt_safe over three.
-  gated = GatedForge(model, GateConfig(probe_images=48, label_window=256), batch_size=16)
+  gated = GatedForge(model, GateConfig(probe_images=48, label_window=256))
   _feed(gated, np.stack([(i // 16) % 2, i % 3, (i // 16) % 3], axis=1))
   assert gated.correlated and gated.decisions == [True]
   # The first batch, before the detector has seen a run, adapts every op; then 48
@@ -292,8 +288,7 @@ def test_off_holds_until_the_next_probe_which_measures_the_path_of_its_time():
   iid = np.stack([rng.integers(0, 2, 256), rng.integers(0, 3, 256),
                   rng.integers(0, 3, 256)], axis=1)
   model = LabelledModel()
-  gated = GatedForge(model, GateConfig(probe_images=32, label_window=512, period=256),
-                     batch_size=16)
+  gated = GatedForge(model, GateConfig(probe_images=32, label_window=512, period=256))
   _feed(gated, run)
   assert gated.decisions == [False] and gated.correlated and model.resets == 2
   assert gated.last_score == pytest.approx(0.0, abs=1e-9)
@@ -310,7 +305,7 @@ def test_off_holds_until_the_next_probe_which_measures_the_path_of_its_time():
 def test_iid_labels_adapt_every_op():
   model = SafeModel(adapt=diverse, source=lambda x: onehot(np.arange(len(x)) % 2),
                     safe=diverse)
-  gated = GatedForge(model, GateConfig(probe_images=16, label_window=256), batch_size=16)
+  gated = GatedForge(model, GateConfig(probe_images=16, label_window=256))
   for _ in range(3):
     gated.predict(np.arange(16, dtype=np.int8)[:, None])
   assert gated.decisions == [True] and model.calls == ["source", "adapt", "adapt", "adapt"]
@@ -318,88 +313,22 @@ def test_iid_labels_adapt_every_op():
 
 def test_label_window_zero_turns_the_detector_off():
   model = SafeModel(adapt=diverse, source=in_long_runs, safe=runs_of_three)
-  gated = GatedForge(model, GateConfig(probe_images=48, label_window=0), batch_size=16)
+  gated = GatedForge(model, GateConfig(probe_images=48, label_window=0))
   for _ in range(5):
     gated.predict(np.zeros((16, 1), np.int8))
   assert not gated.correlated and "adapt_safe" not in model.calls
 
 
-@pytest.mark.parametrize("adapt, source, inert_score, fires, observes", [
-    (confident(0.7), confident(0.7), 1e-3, False, True),   # Inert: nothing changed.
-    (confident(0.7), confident(0.7), 0.0, False, False),   # 0: never observe.
-    (confident(0.9), spread(0.6), 1e-3, False, False),     # Off, adapting hurt.
-    (spread(0.6), confident(0.9), 1e-3, True, False)])     # On.
-def test_a_class_balanced_gate_off_after_an_inert_probe_observes(adapt, source,
-                                                                 inert_score, fires,
-                                                                 observes):
-  model = ScriptedModel(adapt=adapt, source=source, class_balanced=True)
-  gated = GatedForge(model, GateConfig(probe_images=8, period=64, inert_score=inert_score),
-                     batch_size=4)
-  outs = _stream(gated, batches=6)
-  assert gated.fired is fires and gated.settings["keep_state"]
-  assert model.resets == 1  # Off keeps the state.
-  if not fires:
-    assert model.calls[4:] == ["source"] * 4
-  if observes:  # Batches 2-5 predicted in source mode, each observed once.
-    assert len(model.observed) == 4
-    for y, out in zip(model.observed, outs[2:]):
-      np.testing.assert_array_equal(model.dequantize_output(y), out)
-  else:
-    assert model.observed == []
-
-
-def test_a_probe_far_above_the_margin_decides_on_early():
-  model = ScriptedModel(adapt=spread(0.6), source=confident(0.9))
-  gated = GatedForge(model, GateConfig(probe_images=80, early_images=8, early_delta=0.3),
-                     batch_size=4)
-  _stream(gated, 4)
-  assert gated.decisions == [True] and not gated.probing
-  assert model.calls == ["source", "adapt"] * 2 + ["adapt"] * 2
-
-
-@pytest.mark.parametrize("early_delta, early_images", [(0.5, 8), (0.3, 0)])
-def test_a_probe_below_the_early_margin_waits_for_its_end(early_delta, early_images):
-  model = ScriptedModel(adapt=spread(0.6), source=confident(0.9))
-  gated = GatedForge(model, GateConfig(probe_images=20, early_images=early_images,
-                                       early_delta=early_delta), batch_size=4)
-  _stream(gated, 4)
-  assert gated.probing and gated.decisions == []
-  _stream(gated, 1)
-  assert gated.decisions == [True]
-
-
-def test_off_is_never_decided_early():
-  gated = GatedForge(ScriptedModel(adapt=spread(0.9), source=spread(0.6)),
-                     GateConfig(probe_images=20, early_images=4), batch_size=4)
-  _stream(gated, 4)
-  assert gated.probing and gated.decisions == []
-
-
-def test_derived_settings():
-  assert settings(GateConfig(), 1, True)["early_images"] == 128
-  assert settings(GateConfig(), 64, True)["early_images"] == 0   # Batch 1's default.
-  assert settings(GateConfig(), 1, False)["early_images"] == 0   # Label-blind.
-  assert settings(GateConfig(early_images=64), 1, False)["early_images"] == 64
-  assert settings(GateConfig(delta=0.2), 1, True)["early_delta"] == 0.2  # >= delta.
-  for balanced in (True, False):
-    s = settings(GateConfig(), 64, balanced)
-    assert s["keep_state"] is balanced
-    assert set(s) == {x.name for x in SETTINGS}
-
-
 def test_four_settings_face_the_user():
-  """Issue 36: at most four user-facing field settings; the others follow from the
-  model and the batch size."""
-  assert [s.name for s in USER_SETTINGS] == ["probe_images", "period", "delta",
-                                             "label_window"]
+  """Issue 36: at most four field settings."""
+  assert [s.name for s in SETTINGS] == ["probe_images", "period", "delta", "label_window"]
+  assert settings(GateConfig(delta=0.2)) == {"probe_images": 256, "period": 0,
+                                             "delta": 0.2, "label_window": 4096}
 
 
 @pytest.mark.parametrize("bad, message", [
     (dict(period=0), "period must be >= 1"), (dict(probe_images=0), "probe_images"),
     (dict(delta=float("nan")), "delta must be a finite"),
-    (dict(inert_score=-1.0), "inert_score must be >= 0"),
-    (dict(early_images=-1), "early_images must be a whole number >= 0"),
-    (dict(early_delta=0.01), r"early_delta \(0.01\) must be >= the probe's margin"),
     (dict(label_window=-1), "label_window must be a whole number >= 0")])
 def test_bad_settings_are_refused(bad, message):
   with pytest.raises(ValueError, match=message):
@@ -418,15 +347,14 @@ def test_the_controller_refuses_what_python_would_not_catch():
 
 
 def test_every_setting_reaches_the_device_and_the_host_app_once():
-  config = GateConfig(probe_images=16, period=40, delta=0.05, early_images=8)
-  defines = device_defines(config, class_balanced=True)
-  args = host_arguments(config, class_balanced=True)
+  config = GateConfig(probe_images=16, period=40, delta=0.05)
+  defines = device_defines(config)
+  args = host_arguments(config)
   assert len(defines) == len(args) == len(SETTINGS)
   assert defines["FORGE_APP_GATE_PROBE_IMAGES"] == "16" and "--gate_probe_images=16" in args
-  assert defines["FORGE_APP_GATE_KEEP_STATE"] == "true" and "--gate_keep_state=1" in args
+  assert defines["FORGE_APP_GATE_LABEL_WINDOW"] == "4096"
+  assert "--gate_label_window=4096" in args
   assert defines["FORGE_APP_GATE_DELTA"] == "0.05" and "--gate_delta=0.05" in args
-  assert {s.name for s in USER_SETTINGS} | set(gate.MODEL_SETTINGS) == {
-      s.name for s in SETTINGS}
   assert dataclasses.replace(config, period=None).period is None
 
 
@@ -439,7 +367,7 @@ def test_softmax_outputs_are_read_as_probabilities():
   collapsed[:, 0] = 127  # Every image: class 0 with p = 255/256.
   balanced = np.full((n, k), -128, np.int8)
   balanced[np.arange(n), np.arange(n) % k] = 127
-  c = gate.Controller(settings(GateConfig(probe_images=n), n, False), k, 1 / 256, -128)
+  c = gate.Controller(settings(GateConfig(probe_images=n)), k, 1 / 256, -128)
   c.probed(collapsed, balanced, n)
   p = lambda q: (q.astype(np.float64) + 128) / 256  # noqa: E731
 

@@ -83,7 +83,7 @@ def seed_model_classes(classes: int = 10, seed: int = 2) -> bytes:
   forge, dw = sg.operators[1], sg.operators[2]
   c = int(sg.tensors[forge.inputs[0]].shape[-1])
   forge.customOptions = list(encode_options(RecalibOptions(
-      momentum=0.1, activation="relu", classes=classes, class_margin=3, class_guard=64)))
+      momentum=0.1, activation="relu", classes=classes, class_margin=3)))
   forge.inputs = list(forge.inputs) + [offsets("bn0/offsets", c)]
   out = dw.outputs[0]
   pre = tensor("dw/pre", sg.tensors[out].shape, sg.tensors[out].type, like=out)
@@ -98,7 +98,7 @@ def seed_model_classes(classes: int = 10, seed: int = 2) -> bytes:
                       rng.uniform(0.5, 2.0, c).astype(np.float32)),
                offsets("bn1/offsets", c)]
   op.customOptions = list(encode_options(RecalibOptions(
-      window=32, activation="relu", variance="batch", classes=classes, class_guard=64)))
+      window=32, activation="relu", variance="batch", classes=classes)))
   op.customOptionsFormat = forge.customOptionsFormat
   sg.operators.insert(3, op)
   return tg.save_model(m)
@@ -210,13 +210,13 @@ def _site_edit(rng, site, doc) -> str:
     site[field] = _pick(rng, names + ["", "other", 7, "conv0"])
   elif field == "classes":
     if "classes" in options and rng.random() < 0.6:
-      for key in ("classes", "class_margin", "class_guard")[:int(rng.integers(1, 4))]:
+      for key in ("classes", "class_margin")[:int(rng.integers(1, 3))]:
         options.pop(key, None)
       return "classes stripped"
     options["classes"] = _pick(rng, [0, 1, 2, 9, 10, 11, 1000, 1001, -1])
   elif field == "options":
     key = _pick(rng, ["momentum", "window", "eps", "activation", "variance", "classes",
-                      "class_margin", "class_guard"])
+                      "class_margin"])
     if key in options and rng.random() < 0.3:
       del options[key]
       return f"options.{key} deleted"
@@ -227,8 +227,7 @@ def _site_edit(rng, site, doc) -> str:
         "activation": ["none", "relu", "relu6", "tanh"],
         "variance": ["running", "batch", "welford"],
         "classes": [0, 2, 10, 11],
-        "class_margin": [0, 3, 4, 255, 256],
-        "class_guard": [0, 32, 64, 65, 31]}[key])
+        "class_margin": [0, 3, 4, 255, 256]}[key])
     if key == "momentum" and rng.random() < 0.5:
       options.pop("window", None)
     if key == "window" and rng.random() < 0.5:

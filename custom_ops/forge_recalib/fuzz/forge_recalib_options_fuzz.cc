@@ -189,36 +189,34 @@ void RunPlain(const Node& d, Picker* pick) {
   free(scratch);
 }
 
-// One adapt or frozen Eval of a class-balanced node, as the TFLM kernel runs it.
+// One adapt, adapt_safe or frozen Eval of a class-balanced node, as the TFLM
+// kernel runs it (adapt_safe: the class mixture, in scratch after the core's).
 void ClassEval(const Node& d, const float* offsets, float* class_state,
                float* pending, int32_t mode, void* scratch, size_t bytes) {
-  const int32_t k = d.opts->classes;
   const char* msg = nullptr;
-  if (mode == FORGE_RECALIB_MODE_ADAPT) {
+  float* stats = d.state;
+  int32_t core_mode = mode;
+  if (mode != FORGE_RECALIB_MODE_FROZEN) {
     Check(forge_recalib_image_moments(d.x, d.n, d.hw, d.c, &d.quant, pending, scratch,
                                       bytes, &msg) == FORGE_RECALIB_OK,
           "image moments succeed");
   }
-  const int blind = forge_recalib_classes_mixture(d.beta, d.gamma, offsets, d.c, k,
-                                                  d.opts->class_guard > 0, class_state,
-                                                  d.state);
-  float* target = d.state;
-  int32_t core_mode = FORGE_RECALIB_MODE_FROZEN;
-  if (blind && mode == FORGE_RECALIB_MODE_ADAPT) {
-    target = forge_recalib_classes_blind(class_state, d.c, k);
-    core_mode = FORGE_RECALIB_MODE_ADAPT;
+  if (mode == FORGE_RECALIB_MODE_ADAPT_SAFE) {
+    stats = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + bytes);
+    forge_recalib_classes_mixture(d.beta, d.gamma, offsets, d.c, d.opts->classes,
+                                  class_state, stats);
+    core_mode = FORGE_RECALIB_MODE_FROZEN;
   }
-  Check(forge_recalib_s8_ansi(d.x, d.y, d.n, d.hw, d.c, d.beta, d.gamma, target,
+  Check(forge_recalib_s8_ansi(d.x, d.y, d.n, d.hw, d.c, d.beta, d.gamma, stats,
                               d.opts, &d.quant, core_mode, scratch, bytes,
                               &msg) == FORGE_RECALIB_OK,
         "valid class-balanced call succeeds");
-  if (target != d.state) memcpy(d.state, target, sizeof(float) * 2 * d.c);
-  CheckOutputs(d.y, d.count, d.state, d.c, d.quant,
+  CheckOutputs(d.y, d.count, stats, d.c, d.quant,
                  d.opts->arithmetic == FORGE_RECALIB_ARITH_INT);
 }
 
-// The class functions: reset, then adapt Evals whose labels are committed from
-// int8 logits or from labels, an observe, and a frozen Eval.
+// The class functions: reset, then adapt_safe and adapt Evals whose labels are
+// committed from int8 logits or from labels, and a frozen Eval.
 void RunClasses(const Node& d, Picker* pick) {
   const int32_t k = d.opts->classes;
   float* offsets = new float[static_cast<size_t>(k) * d.c];
@@ -234,30 +232,28 @@ void RunClasses(const Node& d, Picker* pick) {
   int8_t* logits = new int8_t[static_cast<size_t>(d.n) * k];
   int32_t* labels = new int32_t[d.n];
   const size_t bytes = forge_recalib_scratch_bytes(d.c);
-  void* scratch = malloc(bytes);
+  void* scratch = malloc(bytes + 2 * sizeof(float) * d.c);  // + the mixture
   const char* msg = nullptr;
   const int status = forge_recalib_classes_reset(d.beta, d.gamma, offsets, d.c, k,
                                                  class_state, &msg);
   Check((status == FORGE_RECALIB_OK) == offsets_ok,
         "classes_reset accepts exactly the valid offsets");
+  static const int32_t kModes[] = {FORGE_RECALIB_MODE_ADAPT_SAFE, FORGE_RECALIB_MODE_ADAPT,
+                                   FORGE_RECALIB_MODE_ADAPT_SAFE, FORGE_RECALIB_MODE_FROZEN};
   for (int step = 0; status == FORGE_RECALIB_OK && step < 4; ++step) {
-    ClassEval(d, offsets, class_state, pending,
-              step == 3 ? FORGE_RECALIB_MODE_FROZEN : FORGE_RECALIB_MODE_ADAPT,
-              scratch, bytes);
+    ClassEval(d, offsets, class_state, pending, kModes[step], scratch, bytes);
+    if (kModes[step] == FORGE_RECALIB_MODE_FROZEN) break;
     for (size_t i = 0; i < static_cast<size_t>(d.n) * k; ++i) {
       logits[i] = static_cast<int8_t>(static_cast<int32_t>(pick->Next(256)) - 128);
     }
     for (int32_t i = 0; i < d.n; ++i) {
       labels[i] = static_cast<int32_t>(pick->Next(static_cast<uint32_t>(k) + 1)) - 1;
     }
-    const int r =
-        step == 0   ? forge_recalib_classes_commit_s8(pending, logits, d.n, d.c, d.opts,
-                                                      class_state, &msg)
-        : step == 1 ? forge_recalib_classes_commit(pending, labels, d.n, d.c, d.opts,
-                                                   class_state, &msg)
-                    : forge_recalib_classes_observe_s8(logits, d.n, d.c, d.opts,
-                                                       class_state, &msg);
-    Check(r == FORGE_RECALIB_OK, "class commit / observe succeeds");
+    const int r = step == 1 ? forge_recalib_classes_commit(pending, labels, d.n, d.c,
+                                                           d.opts, class_state, &msg)
+                            : forge_recalib_classes_commit_s8(pending, logits, d.n, d.c,
+                                                              d.opts, class_state, &msg);
+    Check(r == FORGE_RECALIB_OK, "class commit succeeds");
   }
   free(scratch);
   delete[] labels;
@@ -348,9 +344,7 @@ void RunRawOptions(const uint8_t* data, size_t size) {
   Check(raw.classes == 0 || (raw.classes >= 2 && raw.classes <= FORGE_RECALIB_MAX_CLASSES),
         "validated classes");
   Check(raw.class_margin >= 0 && raw.class_margin <= 255 &&
-            (raw.class_guard == 0 || (raw.class_guard >= FORGE_RECALIB_MIN_GUARD &&
-                                      raw.class_guard <= FORGE_RECALIB_MAX_GUARD)) &&
-            (raw.classes > 0 || (raw.class_margin == 0 && raw.class_guard == 0)),
+            (raw.classes > 0 || raw.class_margin == 0),
         "validated class options");
   ++g_raw_ok;
   Picker pick{Fnv1a(data, size) ^ 0x5bd1e995u};

@@ -32,21 +32,15 @@
  *   first Eval after the interpreter's control asked for it. Targets
  *   beta/gamma_abs stay in flash.
  * Class-balanced statistics (classes = K > 0; SPEC "Class-balanced
- *   statistics"): the state block grows to [mu, var | cmu[K][C], cvar[K][C],
- *   bmu[C], bvar[C], detector[K + 3] | pmean[N][C], pvar[N][C]] (16 + 8K + 8N
- *   bytes/channel + 4(K + 3) bytes). Adapt and frozen Evals normalize with the
- *   class mixture (mu = mean_k cmu_k, var = mean_k (cvar_k + (cmu_k - mu)^2)),
- *   or with class_guard = L and the detector's flag clear, the label-blind
- *   (bmu, bvar), written into [mu, var], run the core in frozen mode (adapt
- *   mode on (bmu, bvar) when they are in use: the plain op), and an
- *   adapt Eval keeps each image's (mean, var) pending; at the op's next Eval
- *   the app's commit (CommitOutput: the label each image's int8 output gives,
- *   argmax leading by class_margin; or CommitLabels) moves them into their
- *   classes at rate min(1, K/W) per image, and with the guard each argmax into
- *   the detector: a label histogram h
- *   (rate 1/L) and the agreement a of consecutive labels (rate 32/L); flag =
- *   a > 1.75 * sum_k h_k^2. ObserveOutput (a source-mode Invoke's output, the
- *   gate while off) feeds each argmax to the detector only.
+ *   statistics"): the state block grows to [mu, var | cmu[K][C], cvar[K][C] |
+ *   pmean[N][C], pvar[N][C]] (8 + 8K + 8N bytes/channel). [mu, var] stay the
+ *   label-blind statistics of the modes above; an adapt_safe Eval normalizes
+ *   with the class mixture (mu = mean_k cmu_k, var = mean_k (cvar_k +
+ *   (cmu_k - mu)^2), in scratch) by the core in frozen mode. Adapt and
+ *   adapt_safe Evals keep each image's (mean, var) pending; at the op's next
+ *   Eval the app's commit (CommitOutput: the label each image's int8 output
+ *   gives, argmax leading by class_margin; or CommitLabels) moves them into
+ *   their classes at rate min(1, K/W) per image.
  * Controls (per interpreter, no globals): the forge_tflm::ForgeRecalibControl
  *   attached with MicroInterpreter::SetMicroExternalContext, read at every
  *   Eval: mode (adapt / frozen) and reset_generation (an op resets when it
@@ -54,11 +48,12 @@
  *   control attached: adapt, reset only by the reset hook. Another payload
  *   in the slot: Eval fails (it would be misread).
  * Op data (persistent, per node): options, quantization constants, state and
- *   target pointers, shape: FORGE_RECALIB_OP_DATA_BYTES_ILP32 (136 B) on 32-bit
+ *   target pointers, shape: FORGE_RECALIB_OP_DATA_BYTES_ILP32 (140 B) on 32-bit
  *   targets, checked below. Invalid options are logged by Init, which then
  *   allocates nothing and Prepare fails.
  * Scratch (non-persistent arena): forge_recalib_scratch_bytes(C) = 280 B/ch
- *   (stats accumulators, A/B, per-channel 256-entry LUT); define
+ *   (stats accumulators, A/B, per-channel 256-entry LUT; class-balanced ops
+ *   8 B/ch more for the mixture); define
  *   FORGE_RECALIB_NO_LUT to request only the 24 B/ch of the affine path.
  *
  * Init parses the options once, Prepare validates tensors and does the
@@ -179,6 +174,13 @@ size_t ScratchBytes(int32_t c) {
 #endif
 }
 
+// Class-balanced ops: the class mixture (2*C floats) after the core's scratch
+// (a multiple of 8 bytes).
+size_t RequestedScratchBytes(const OpData* d, int32_t c) {
+  const size_t mixture = d->opts.classes > 0 ? 2 * sizeof(float) * c : 0;
+  return ScratchBytes(c) + mixture;
+}
+
 // Per-tensor int8 quantization: (scale, zero point) or an error message.
 const char* PerTensorParams(const TfLiteTensor* t, float* scale, int32_t* zero) {
   if (t->quantization.type != kTfLiteAffineQuantization) {
@@ -294,7 +296,7 @@ TfLiteStatus PrepareTensors(TfLiteContext* context, TfLiteNode* node,
   const forge_tflm::ForgeRecalibControl* control = GetControl(context, &foreign);
   data->seen_generation = control != nullptr ? control->reset_generation : 0;
   data->seen_labels = control != nullptr ? control->label_generation : 0;
-  if (context->RequestScratchBufferInArena(context, ScratchBytes(c),
+  if (context->RequestScratchBufferInArena(context, RequestedScratchBytes(data, c),
                                            &data->scratch_index) != kTfLiteOk) {
     return Fail("cannot request scratch buffer");
   }
@@ -338,6 +340,55 @@ TfLiteStatus Prepare(TfLiteContext* context, TfLiteNode* node) {
   return status;
 }
 
+// The labels of the pending images (SPEC "Commit"), once per label generation.
+TfLiteStatus ApplyCommit(OpData* data, const forge_tflm::ForgeRecalibControl* control) {
+  if (data->seen_labels == control->label_generation) return kTfLiteOk;
+  data->seen_labels = control->label_generation;
+  if (!data->pending) return kTfLiteOk;
+  if ((control->labels == nullptr && control->logits == nullptr) ||
+      control->label_count != data->n) {
+    return Fail("a commit needs one label (or output row) per image of the batch");
+  }
+  if (control->labels == nullptr && control->logit_count != data->opts.classes) {
+    return Fail("CommitOutput: the output's class count is not the op's classes");
+  }
+  const char* msg = "";
+  const int status =
+      control->labels != nullptr
+          ? forge_recalib_classes_commit(Pending(data), control->labels, data->n, data->c,
+                                         &data->opts, ClassState(data), &msg)
+          : forge_recalib_classes_commit_s8(Pending(data), control->logits, data->n,
+                                            data->c, &data->opts, ClassState(data), &msg);
+  if (status != FORGE_RECALIB_OK) return Fail(msg);
+  data->pending = 0;
+  return kTfLiteOk;
+}
+
+// SPEC "Class-balanced statistics", before the output is written: the moments of the
+// images that adapt (or use the mixture) wait for their labels; adapt_safe normalizes
+// with the class mixture (in scratch, after the core's), by the core in frozen mode.
+TfLiteStatus ClassStatistics(OpData* data, const float* beta, const float* gamma_abs,
+                             const int8_t* x, void* scratch, int32_t* mode,
+                             float** stats) {
+  if (*mode != FORGE_RECALIB_MODE_ADAPT && *mode != FORGE_RECALIB_MODE_ADAPT_SAFE) {
+    return kTfLiteOk;
+  }
+  const char* msg = "";
+  if (forge_recalib_image_moments(x, data->n, data->hw, data->c, &data->quant,
+                                  Pending(data), scratch, ScratchBytes(data->c),
+                                  &msg) != FORGE_RECALIB_OK) {
+    return Fail(msg);
+  }
+  data->pending = 1;
+  if (*mode == FORGE_RECALIB_MODE_ADAPT_SAFE) {
+    *stats = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + ScratchBytes(data->c));
+    forge_recalib_classes_mixture(beta, gamma_abs, data->offsets, data->c,
+                                  data->opts.classes, ClassState(data), *stats);
+    *mode = FORGE_RECALIB_MODE_FROZEN;
+  }
+  return kTfLiteOk;
+}
+
 TfLiteStatus Eval(TfLiteContext* context, TfLiteNode* node) {
   OpData* data = static_cast<OpData*>(node->user_data);
   if (data == nullptr || data->state == nullptr) return Fail("not prepared");
@@ -363,40 +414,7 @@ TfLiteStatus Eval(TfLiteContext* context, TfLiteNode* node) {
   if (control != nullptr) {
     mode = forge_recalib_mode_for(&data->opts, control->mode);
     // Labels committed since the last Eval: the deferred class update first.
-    if (classes && data->seen_labels != control->label_generation) {
-      data->seen_labels = control->label_generation;
-      if (control->observe_only) {
-        if (control->logits == nullptr || control->label_count != data->n) {
-          return Fail("an observe needs one output row per image of the batch");
-        }
-        if (control->logit_count != data->opts.classes) {
-          return Fail("ObserveOutput: the output's class count is not the op's classes");
-        }
-        if (forge_recalib_classes_observe_s8(control->logits, data->n, data->c,
-                                             &data->opts, ClassState(data),
-                                             &msg) != FORGE_RECALIB_OK) {
-          return Fail(msg);
-        }
-      } else if (data->pending) {
-        if ((control->labels == nullptr && control->logits == nullptr) ||
-            control->label_count != data->n) {
-          return Fail("a commit needs one label (or output row) per image of the batch");
-        }
-        if (control->labels == nullptr && control->logit_count != data->opts.classes) {
-          return Fail("CommitOutput: the output's class count is not the op's classes");
-        }
-        const int status =
-            control->labels != nullptr
-                ? forge_recalib_classes_commit(Pending(data), control->labels, data->n,
-                                               data->c, &data->opts, ClassState(data),
-                                               &msg)
-                : forge_recalib_classes_commit_s8(Pending(data), control->logits,
-                                                  data->n, data->c, &data->opts,
-                                                  ClassState(data), &msg);
-        if (status != FORGE_RECALIB_OK) return Fail(msg);
-        data->pending = 0;
-      }
-    }
+    if (classes && ApplyCommit(data, control) != kTfLiteOk) return kTfLiteError;
     if (data->seen_generation != control->reset_generation) {
       ResetState(data, beta, gamma_abs);
       data->seen_generation = control->reset_generation;
@@ -405,33 +423,10 @@ TfLiteStatus Eval(TfLiteContext* context, TfLiteNode* node) {
   void* scratch = context->GetScratchBuffer(context, data->scratch_index);
   const int8_t* x_data = tflite::micro::GetTensorData<int8_t>(x);
   int32_t core_mode = mode;
-  if (classes && mode != FORGE_RECALIB_MODE_SOURCE) {
-    if (mode == FORGE_RECALIB_MODE_ADAPT) {
-      // Before the output is written: the pending moments of these images.
-      if (forge_recalib_image_moments(x_data, data->n, data->hw, data->c,
-                                      &data->quant, Pending(data), scratch,
-                                      ScratchBytes(data->c), &msg) != FORGE_RECALIB_OK) {
-        return Fail(msg);
-      }
-      data->pending = 1;
-    }
-    const int blind = forge_recalib_classes_mixture(
-        beta, gamma_abs, data->offsets, data->c, data->opts.classes,
-        data->opts.class_guard > 0, ClassState(data), data->state);
-    core_mode = FORGE_RECALIB_MODE_FROZEN;
-    if (blind && mode == FORGE_RECALIB_MODE_ADAPT) {
-      // SPEC "Guard": the plain op on the label-blind block, then its
-      // statistics are the ones [mu, var] shows.
-      float* blind_state =
-          forge_recalib_classes_blind(ClassState(data), data->c, data->opts.classes);
-      const int status = FORGE_RECALIB_S8_TARGET(
-          x_data, tflite::micro::GetTensorData<int8_t>(y), data->n, data->hw,
-          data->c, beta, gamma_abs, blind_state, &data->opts, &data->quant,
-          FORGE_RECALIB_MODE_ADAPT, scratch, ScratchBytes(data->c), &msg);
-      if (status != FORGE_RECALIB_OK) return Fail(msg);
-      for (int32_t i = 0; i < 2 * data->c; ++i) data->state[i] = blind_state[i];
-      return kTfLiteOk;
-    }
+  float* stats = data->state;
+  if (classes && ClassStatistics(data, beta, gamma_abs, x_data, scratch, &core_mode,
+                                 &stats) != kTfLiteOk) {
+    return kTfLiteError;
   }
   if (!kFloatArith) {
     const int status = forge_recalib_s8_int(
@@ -444,7 +439,7 @@ TfLiteStatus Eval(TfLiteContext* context, TfLiteNode* node) {
   // Helium one when the build defines FORGE_RECALIB_CORTEXM, else ansi).
   const int status = FORGE_RECALIB_S8_TARGET(
       x_data, tflite::micro::GetTensorData<int8_t>(y), data->n, data->hw,
-      data->c, beta, gamma_abs, data->state, &data->opts, &data->quant,
+      data->c, beta, gamma_abs, stats, &data->opts, &data->quant,
       core_mode, scratch, ScratchBytes(data->c), &msg);
   if (status != FORGE_RECALIB_OK) return Fail(msg);
   return kTfLiteOk;

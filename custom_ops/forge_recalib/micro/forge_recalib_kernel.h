@@ -12,19 +12,18 @@
 //   control.SetMode(FORGE_RECALIB_MODE_ADAPT);   // resume (the default)
 //   control.SetMode(FORGE_RECALIB_MODE_SOURCE);  // one pass as the int8 source
 //                    // (clean targets), state kept: the gate's probe
+//   control.SetMode(FORGE_RECALIB_MODE_ADAPT_SAFE);  // while labels look
+//                    // correlated: label-safe ops adapt, class-balanced ops
+//                    // normalize with their class mixture, the others run
+//                    // source mode (SPEC "Adapt-safe mode")
 //   control.CommitOutput(logits, n, k);  // class-balanced ops (option classes):
-//                    // the last adapt Invoke's n images enter the classes each
+//                    // the last adapting Invoke's n images enter the classes each
 //                    // op reads from the int8 output logits[n][K] (SPEC
 //                    // "Labels": the argmax, if it leads by the op's
 //                    // class_margin), applied at each op's next Eval;
 //                    // `logits` must stay valid until then (copy the output)
 //   control.CommitLabels(labels, n);  // or labels of your own (labels[i] in
 //                    // [0, K) or -1), same rules
-//   control.ObserveOutput(logits, n, k);  // after a source-mode Invoke: the
-//                    // ops with class_guard feed each image's argmax to their
-//                    // detector only (SPEC "Observe"), at their next Eval
-//                    // (one commit or observe per Invoke: the latest before
-//                    // an op's next Eval is the one it applies)
 //   control.RequestReset();  // every FORGE_RECALIB op of this interpreter
 //                            // restores its clean targets (mu = beta,
 //                            // var = gamma_abs^2) at its next Eval
@@ -61,7 +60,7 @@ struct ForgeRecalibControl {
   // Each op remembers the generation it last applied; a different value
   // means "reset at your next Eval", so one bump reaches every op.
   uint32_t reset_generation = 0;
-  // Class-balanced statistics (SPEC "Commit"): the labels of the last adapt
+  // Class-balanced statistics (SPEC "Commit"): the labels of the last adapting
   // invocation's images, or its int8 output to take them from (one of the
   // two is set); an op applies them once, when label_generation differs from
   // the one it last applied.
@@ -70,13 +69,11 @@ struct ForgeRecalibControl {
   int32_t label_count = 0;
   int32_t logit_count = 0;  // per image (CommitOutput): must be the op's K
   uint32_t label_generation = 0;
-  // The logits are a source-mode output for the guard's detector only
-  // (ObserveOutput, SPEC "Observe"), not labels for the pending images.
-  bool observe_only = false;
 
-  // mode: FORGE_RECALIB_MODE_ADAPT, _FROZEN, _SOURCE or _ADAPT_SAFE (each op
-  // adapts where its option label_safe is set, else runs source mode); other
-  // values are ignored and return false.
+  // mode: FORGE_RECALIB_MODE_ADAPT, _FROZEN, _SOURCE or _ADAPT_SAFE
+  // (forge_recalib_mode_for: adapt where the op's option label_safe is set, else
+  // the class mixture where it has classes, else source mode); other values
+  // are ignored and return false.
   bool SetMode(int32_t new_mode) {
     if (new_mode < 0 || new_mode >= FORGE_RECALIB_MODE_COUNT) return false;
     mode = new_mode;
@@ -87,7 +84,6 @@ struct ForgeRecalibControl {
     labels = new_labels;
     logits = nullptr;
     label_count = count;
-    observe_only = false;
     ++label_generation;
   }
   void CommitOutput(const int8_t* output, int32_t count, int32_t classes) {
@@ -95,12 +91,7 @@ struct ForgeRecalibControl {
     logits = output;
     label_count = count;
     logit_count = classes;
-    observe_only = false;
     ++label_generation;
-  }
-  void ObserveOutput(const int8_t* output, int32_t count, int32_t classes) {
-    CommitOutput(output, count, classes);
-    observe_only = true;
   }
 };
 

@@ -474,7 +474,8 @@ TF_LITE_MICRO_TEST(InterpreterControlsOnAllCases) {
   }
 }
 
-// Class-balanced statistics (option classes): adapt Invokes with the labels
+// Class-balanced statistics (option classes): adapt_safe Invokes (the class
+// mixture) and adapt ones (the label-blind statistics) in turn, with the labels
 // committed through the control in between (applied at the op's next Eval),
 // bit for bit the numpy reference that commits at once; then frozen; then a
 // reset request brings back the clean class state (the first step again).
@@ -485,6 +486,7 @@ TF_LITE_MICRO_TEST(ClassBalancedStreamMatchesReference) {
   const int n = v::kClassesElements;
   for (int pass = 0; pass < 2; ++pass) {
     for (int s = 0; s < v::kClassesSteps; ++s) {
+      f.control.SetMode(v::kClassesModes[s]);
       TF_LITE_MICRO_EXPECT(f.InvokeAndMatch(v::kClassesInput + s * n,
                                             v::kClassesExpectedAdapt + s * n, n));
       f.control.CommitLabels(v::kClassesLabels + s * v::kClassesBatch, v::kClassesBatch);
@@ -509,6 +511,7 @@ TF_LITE_MICRO_TEST(ClassMarginCommitsFromTheOutputMatchReference) {
   TF_LITE_MICRO_EXPECT(f.Start());
   const int n = v::kClassMarginElements;
   for (int s = 0; s < v::kClassMarginSteps; ++s) {
+    f.control.SetMode(v::kClassMarginModes[s]);
     TF_LITE_MICRO_EXPECT(f.InvokeAndMatch(v::kClassMarginInput + s * n,
                                           v::kClassMarginExpectedAdapt + s * n, n));
     f.control.CommitOutput(
@@ -523,58 +526,6 @@ TF_LITE_MICRO_TEST(ClassMarginCommitsFromTheOutputMatchReference) {
   TF_LITE_MICRO_EXPECT_EQ(kTfLiteOk, f.interpreter.Invoke());
   f.control.CommitOutput(v::kClassMarginLogits, v::kClassMarginBatch,
                          v::kClassMarginClasses + 1);
-  TF_LITE_MICRO_EXPECT_EQ(kTfLiteError, f.interpreter.Invoke());
-}
-
-// Option class_guard: the op normalizes with its label-blind statistics until
-// the committed outputs' labels look correlated, then with the class mixture;
-// the vectors' stream changes the detector's flag both ways (asserted by the
-// generator), bit for bit the numpy reference.
-TF_LITE_MICRO_TEST(ClassGuardSwitchesStatisticsLikeReference) {
-  namespace v = forge_recalib_test;
-  static ClassFixture f(v::kClassGuardModel);
-  TF_LITE_MICRO_EXPECT(f.Start());
-  const int n = v::kClassGuardElements;
-  for (int s = 0; s < v::kClassGuardSteps; ++s) {
-    TF_LITE_MICRO_EXPECT(f.InvokeAndMatch(v::kClassGuardInput + s * n,
-                                          v::kClassGuardExpectedAdapt + s * n, n));
-    f.control.CommitOutput(
-        v::kClassGuardLogits + s * v::kClassGuardBatch * v::kClassGuardClasses,
-        v::kClassGuardBatch, v::kClassGuardClasses);
-  }
-  f.control.SetMode(FORGE_RECALIB_MODE_FROZEN);
-  TF_LITE_MICRO_EXPECT(
-      f.InvokeAndMatch(v::kClassGuardInput, v::kClassGuardExpectedFrozen, n));
-}
-
-// ObserveOutput (SPEC "Observe"): source-mode outputs feed the guard's
-// detector only; the observed run of one class sets the flag (the first adapt
-// step normalizes with the class mixture), committed cycles clear it, bit for
-// bit the numpy reference (the generator asserts both).
-TF_LITE_MICRO_TEST(ClassObserveFeedsOnlyTheDetectorLikeReference) {
-  namespace v = forge_recalib_test;
-  static ClassFixture f(v::kClassObserveModel);
-  TF_LITE_MICRO_EXPECT(f.Start());
-  const int n = v::kClassObserveElements;
-  for (int s = 0; s < v::kClassObserveSteps; ++s) {
-    const bool observed = s < v::kClassObserveObserved;
-    f.control.SetMode(observed ? FORGE_RECALIB_MODE_SOURCE : FORGE_RECALIB_MODE_ADAPT);
-    TF_LITE_MICRO_EXPECT(f.InvokeAndMatch(v::kClassObserveInput + s * n,
-                                          v::kClassObserveExpected + s * n, n));
-    const int8_t* logits =
-        v::kClassObserveLogits + s * v::kClassObserveBatch * v::kClassObserveClasses;
-    if (observed) {
-      f.control.ObserveOutput(logits, v::kClassObserveBatch, v::kClassObserveClasses);
-    } else {
-      f.control.CommitOutput(logits, v::kClassObserveBatch, v::kClassObserveClasses);
-    }
-  }
-  f.control.SetMode(FORGE_RECALIB_MODE_FROZEN);
-  TF_LITE_MICRO_EXPECT(
-      f.InvokeAndMatch(v::kClassObserveInput, v::kClassObserveExpectedFrozen, n));
-  // An observed output of another class count is an error at the next Eval.
-  f.control.ObserveOutput(v::kClassObserveLogits, v::kClassObserveBatch,
-                          v::kClassObserveClasses + 1);
   TF_LITE_MICRO_EXPECT_EQ(kTfLiteError, f.interpreter.Invoke());
 }
 

@@ -253,12 +253,8 @@ def rule_cases() -> list[tuple[str, bytes, bool]]:
           window=8, class_margin=5)), False),
       ("class_margin_256", dict(offsets=offsets, options=_flexbuffer_map(
           window=8, classes=3, class_margin=256)), False),
-      ("valid_class_guard", dict(offsets=offsets, options=_flexbuffer_map(
-          window=8, classes=3, class_guard=4096)), True),
-      ("class_guard_without_classes", dict(options=_flexbuffer_map(
-          window=8, class_guard=4096)), False),
-      ("class_guard_31", dict(offsets=offsets, options=_flexbuffer_map(
-          window=8, classes=3, class_guard=31)), False),
+      ("unknown_class_guard", dict(offsets=offsets, options=_flexbuffer_map(
+          window=8, classes=3, class_guard=4096)), False),
   ]
   return [(name, _rule_model(**kwargs), accepted) for name, kwargs, accepted in cases]
 
@@ -305,16 +301,19 @@ def _class_model(rng, shape, opts):
   return model, ops.RecalibOp(opts, quant, spec.beta, spec.gamma_abs, offsets=offsets)
 
 
-def _classes_case(rng, margin: int | None = None, guard: int | None = None) -> str:
-  """A class-balanced stream through a one-op model: per step an adapt invocation,
-  then the labels committed (through the control on the device), then one frozen
-  invocation at the end; expected outputs from the numpy reference. With `margin`
-  (option class_margin) the commits are the model's int8 outputs instead (logits
-  [N, K], CommitOutput): the op takes the labels from them. With `guard` (option
-  class_guard) the stream is longer and the detector's flag must change both ways."""
-  shape, k, steps = (2, 3, 3, 4), 3, 4 if guard is None else 12
-  opts = ops.RecalibOptions(window=6, classes=k, activation="relu", class_margin=margin,
-                            class_guard=guard)
+# The modes of a class-balanced case's steps: the class mixture (adapt_safe) and the
+# label-blind statistics (adapt) in turn, both committing their images' labels.
+_CLASS_MODES = ("adapt_safe", "adapt", "adapt_safe", "adapt", "adapt", "adapt_safe")
+
+
+def _classes_case(rng, margin: int | None = None) -> str:
+  """A class-balanced stream through a one-op model: per step an adapt or adapt_safe
+  invocation (_CLASS_MODES), then the labels committed (through the control on the
+  device), then one frozen invocation at the end; expected outputs from the numpy
+  reference. With `margin` (option class_margin) the commits are the model's int8
+  outputs instead (logits [N, K], CommitOutput): the op takes the labels from them."""
+  shape, k, steps = (2, 3, 3, 4), 3, len(_CLASS_MODES)
+  opts = ops.RecalibOptions(window=6, classes=k, activation="relu", class_margin=margin)
   model, node = _class_model(rng, shape, opts)
   xs = _shifted_batches(rng, shape, steps, shift=-5.0, scale=30.0)
   if margin is None:
@@ -323,84 +322,34 @@ def _classes_case(rng, margin: int | None = None, guard: int | None = None) -> s
     labels = rng.integers(-100, 100, (steps, shape[0], k)).astype(np.int8)
     lead = rng.integers(0, k, (steps, shape[0]))
     confident = rng.random((steps, shape[0])) < 0.5
-    if guard is not None:  # A run of one class (the flag sets), then a cycle (clears).
-      lead = np.where(np.arange(steps)[:, None] < steps // 2, 1,
-                      np.arange(steps * shape[0]).reshape(steps, shape[0]) % k)
-      confident[:] = True
     labels[confident, lead[confident]] = 127
     labels[confident] = np.minimum(labels[confident], 70)
     labels[confident, lead[confident]] = 127
-  adapt, flags = [], set()
-  for x, lab in zip(xs, labels):
-    adapt.append(node.reference(x, "adapt"))
+  adapt = []
+  for x, lab, mode in zip(xs, labels, _CLASS_MODES):
+    adapt.append(node.reference(x, mode))
     if margin is None:
       node.reference_commit(lab)
     else:
       node.reference_commit_output(lab)
-    flags.add(node.state.labels_correlated)
   frozen = node.reference(xs[0], "frozen")
-  if guard is not None:
-    assert flags == {False, True}, "the guard case must exercise both statistics"
-  p = "kClasses" if margin is None else "kClassMargin" if guard is None else "kClassGuard"
+  p = "kClasses" if margin is None else "kClassMargin"
   commits = "labels" if margin is None else "logits (CommitOutput)"
+  modes = np.array([ops.MODES.index(m) for m in _CLASS_MODES], np.int32)
   return "".join([
-      f"// {p[1:]}: shape {list(shape)}, {opts}, {node.quant}: adapt, commit {commits} per"
-      " step, then frozen on step 0's input\n",
+      f"// {p[1:]}: shape {list(shape)}, {opts}, {node.quant}: per step the mode of"
+      f" {p}Modes, commit {commits}, then frozen on step 0's input\n",
       f"constexpr int {p}Elements = {int(np.prod(shape))};\n",
       f"constexpr int {p}Batch = {shape[0]};\n",
       f"constexpr int {p}Steps = {steps};\n",
       f"constexpr int {p}Classes = {k};\n" if margin is not None else "",
+      _c_array("int32_t", f"{p}Modes", modes),
       _c_array("uint8_t", f"{p}Model", np.frombuffer(model, np.uint8), 24).replace(
           "alignas(8)", "alignas(16)"),
       _c_array("int8_t", f"{p}Input", np.stack(xs)),
       _c_array("int32_t" if margin is None else "int8_t",
                f"{p}Labels" if margin is None else f"{p}Logits", labels),
       _c_array("int8_t", f"{p}ExpectedAdapt", np.stack(adapt)),
-      _c_array("int8_t", f"{p}ExpectedFrozen", frozen)])
-
-
-def _observe_case(rng) -> str:
-  """Option class_guard with ObserveOutput (SPEC "Observe"): the first half of the
-  steps are source invocations whose outputs (logits: a run of one class) only feed
-  the detector, which must set its flag without adapting; the second half adapt and
-  commit a cycle of classes, the first of them normalizing with the class mixture the
-  observed flag chose, until the flag clears. Then one frozen invocation."""
-  shape, k, steps = (2, 3, 3, 4), 3, 12
-  opts = ops.RecalibOptions(window=6, classes=k, activation="relu", class_margin=50,
-                            class_guard=128)
-  model, node = _class_model(rng, shape, opts)
-  xs = _shifted_batches(rng, shape, steps, shift=-5.0, scale=30.0)
-  observed = steps // 2
-  lead = np.where(np.arange(steps)[:, None] < observed, 1,
-                  np.arange(steps * shape[0]).reshape(steps, shape[0]) % k)
-  logits = rng.integers(-100, 70, (steps, shape[0], k)).astype(np.int8)
-  np.put_along_axis(logits, lead[..., None], 127, axis=2)
-  outs, flags = [], []
-  for s, (x, lab) in enumerate(zip(xs, logits)):
-    if s < observed:
-      outs.append(node.reference(x, "source"))
-      node.reference_observe_output(lab)
-    else:
-      outs.append(node.reference(x, "adapt"))
-      node.reference_commit_output(lab)
-    flags.append(node.state.labels_correlated)
-  frozen = node.reference(xs[0], "frozen")
-  assert flags[observed - 1] and not flags[-1], "observe must set the flag, commits clear it"
-  p = "kClassObserve"
-  return "".join([
-      f"// {p[1:]}: shape {list(shape)}, {opts}, {node.quant}: {observed} source steps with"
-      " ObserveOutput, then adapt steps with CommitOutput, then frozen on step 0's"
-      " input\n",
-      f"constexpr int {p}Elements = {int(np.prod(shape))};\n",
-      f"constexpr int {p}Batch = {shape[0]};\n",
-      f"constexpr int {p}Steps = {steps};\n",
-      f"constexpr int {p}Observed = {observed};\n",
-      f"constexpr int {p}Classes = {k};\n",
-      _c_array("uint8_t", f"{p}Model", np.frombuffer(model, np.uint8), 24).replace(
-          "alignas(8)", "alignas(16)"),
-      _c_array("int8_t", f"{p}Input", np.stack(xs)),
-      _c_array("int8_t", f"{p}Logits", logits),
-      _c_array("int8_t", f"{p}Expected", np.stack(outs)),
       _c_array("int8_t", f"{p}ExpectedFrozen", frozen)])
 
 
@@ -434,8 +383,6 @@ def generate() -> str:
   out += [c + "\n" for c in cases]
   out.append(_classes_case(rng) + "\n")
   out.append(_classes_case(rng, margin=50) + "\n")
-  out.append(_classes_case(rng, margin=50, guard=128) + "\n")
-  out.append(_observe_case(rng) + "\n")
   for name, data in bad.items():
     out.append(_c_array("uint8_t", f"kBadOptions{name}", np.frombuffer(data, np.uint8)))
   out.append("\n" + _rule_cases_text())

@@ -90,15 +90,14 @@ void forge_recalib_options_default(forge_recalib_options* opts) {
   opts->variance = FORGE_RECALIB_VAR_RUNNING;
   opts->classes = 0;
   opts->class_margin = 0;
-  opts->class_guard = 0;
   opts->arithmetic = FORGE_RECALIB_ARITH_FLOAT;
   opts->label_safe = 0;
 }
 
 int32_t forge_recalib_mode_for(const forge_recalib_options* opts, int32_t mode) {
-  if (mode != FORGE_RECALIB_MODE_ADAPT_SAFE) return mode;
-  return opts != NULL && opts->label_safe ? FORGE_RECALIB_MODE_ADAPT
-                                          : FORGE_RECALIB_MODE_SOURCE;
+  if (mode != FORGE_RECALIB_MODE_ADAPT_SAFE || opts == NULL) return mode;
+  if (opts->label_safe) return FORGE_RECALIB_MODE_ADAPT;
+  return opts->classes > 0 ? mode : FORGE_RECALIB_MODE_SOURCE;
 }
 
 int forge_recalib_validate_options(const forge_recalib_options* opts,
@@ -141,14 +140,6 @@ int forge_recalib_validate_options(const forge_recalib_options* opts,
   }
   if (opts->class_margin > 0 && opts->classes == 0) {
     return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS, "class_margin needs classes");
-  }
-  if (opts->class_guard != 0 && !(opts->class_guard >= FORGE_RECALIB_MIN_GUARD &&
-                                  opts->class_guard <= FORGE_RECALIB_MAX_GUARD)) {
-    return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS,
-                   "class_guard must be 0 (off) or in [32, 2^24]");
-  }
-  if (opts->class_guard > 0 && opts->classes == 0) {
-    return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS, "class_guard needs classes");
   }
   if (opts->arithmetic != FORGE_RECALIB_ARITH_FLOAT &&
       opts->arithmetic != FORGE_RECALIB_ARITH_INT) {
@@ -548,7 +539,7 @@ static int s8_run(const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
 size_t forge_recalib_class_floats(int32_t C, int32_t K) {
   const size_t c = C > 0 ? (size_t)C : 0;
   if (K <= 0) return 0;
-  return 2 * c * ((size_t)K + 1) + (size_t)K + 3;
+  return 2 * c * (size_t)K;
 }
 
 size_t forge_recalib_state_floats(int32_t C, int32_t K, int32_t N) {
@@ -606,44 +597,6 @@ static void classes_reset_channel(const float* beta, const float* gamma_abs,
   }
 }
 
-/* SPEC "Guard": the detector block after the label-blind statistics. */
-static float* detector_of(float* class_state, int32_t C, int32_t K) {
-  return class_state + 2 * ((size_t)K + 1) * (size_t)C;
-}
-
-static void detector_reset(float* det, int32_t K) {
-  const float u = 1.0f / (float)K;
-  int32_t k;
-  for (k = 0; k < K; ++k) det[k] = u;
-  det[K] = u;         /* agreement */
-  det[K + 1] = -1.0f; /* previous label: none */
-  det[K + 2] = 0.0f;  /* flag: labels look independent */
-}
-
-static int detector_usable(const float* det, int32_t K) {
-  const float prev = det[K + 1];
-  int32_t k;
-  for (k = 0; k <= K; ++k) {
-    if (!(det[k] >= 0.0f && det[k] <= 1.0f)) return 0;
-  }
-  if (!(prev >= -1.0f && prev < (float)K && prev == (float)(int32_t)prev)) return 0;
-  return det[K + 2] == 0.0f || det[K + 2] == 1.0f;
-}
-
-float* forge_recalib_classes_blind(float* class_state, int32_t C, int32_t K) {
-  return class_state + 2 * (size_t)K * (size_t)C;
-}
-
-/* SPEC "Class reset" of channel c (label-blind statistics included). */
-static void reset_channel(const float* beta, const float* gamma_abs,
-                          const float* offsets, int32_t C, int32_t K, int32_t c,
-                          float* class_state) {
-  float* blind = class_state + 2 * (size_t)K * (size_t)C;
-  classes_reset_channel(beta, gamma_abs, offsets, C, K, c, class_state);
-  blind[c] = beta[c];
-  blind[(size_t)C + (size_t)c] = gamma_abs[c] * gamma_abs[c];
-}
-
 int forge_recalib_classes_reset(const float* beta, const float* gamma_abs,
                                 const float* offsets, int32_t C, int32_t K,
                                 float* class_state, const char** msg) {
@@ -655,22 +608,17 @@ int forge_recalib_classes_reset(const float* beta, const float* gamma_abs,
     return set_msg(msg, FORGE_RECALIB_ERR_NULL, "class state is NULL");
   }
   for (c = 0; c < C; ++c) {
-    reset_channel(beta, gamma_abs, offsets, C, K, c, class_state);
+    classes_reset_channel(beta, gamma_abs, offsets, C, K, c, class_state);
   }
-  detector_reset(detector_of(class_state, C, K), K);
   return set_msg(msg, FORGE_RECALIB_OK, "ok");
 }
 
-int forge_recalib_classes_mixture(const float* beta, const float* gamma_abs,
-                                  const float* offsets, int32_t C, int32_t K,
-                                  int32_t guard, float* class_state, float* state) {
+void forge_recalib_classes_mixture(const float* beta, const float* gamma_abs,
+                                   const float* offsets, int32_t C, int32_t K,
+                                   float* class_state, float* mixture) {
   const size_t kc = (size_t)K * (size_t)C;
   const float kf = (float)K;
-  float* blind = class_state + 2 * kc;
-  float* det = detector_of(class_state, C, K);
-  int32_t c, k, blind_used;
-  if (guard && !detector_usable(det, K)) detector_reset(det, K); /* SPEC "Repair" */
-  blind_used = guard && det[K + 2] == 0.0f;
+  int32_t c, k;
   for (c = 0; c < C; ++c) {
     float s, t, mu;
     for (k = 0; k < K; ++k) { /* SPEC "Repair", per channel */
@@ -679,18 +627,6 @@ int forge_recalib_classes_mixture(const float* beta, const float* gamma_abs,
       if (!is_finite_f(class_state[i]) || !(v >= 0.0f && v <= FLT_MAX)) break;
     }
     if (k < K) classes_reset_channel(beta, gamma_abs, offsets, C, K, c, class_state);
-    if (guard) {
-      const float v = blind[(size_t)C + (size_t)c];
-      if (!is_finite_f(blind[c]) || !(v >= 0.0f && v <= FLT_MAX)) {
-        blind[c] = beta[c];
-        blind[(size_t)C + (size_t)c] = gamma_abs[c] * gamma_abs[c];
-      }
-    }
-    if (blind_used) {
-      state[c] = blind[c];
-      state[C + c] = blind[(size_t)C + (size_t)c];
-      continue;
-    }
     s = class_state[c];
     for (k = 1; k < K; ++k) s = s + class_state[(size_t)k * (size_t)C + (size_t)c];
     mu = s / kf;
@@ -702,10 +638,9 @@ int forge_recalib_classes_mixture(const float* beta, const float* gamma_abs,
       const float v = class_state[kc + i] + d2;
       t = t + v;
     }
-    state[c] = mu;
-    state[C + c] = t / kf;
+    mixture[c] = mu;
+    mixture[C + c] = t / kf;
   }
-  return blind_used;
 }
 
 int forge_recalib_image_moments(const int8_t* x, int32_t N, int32_t HW,
@@ -805,57 +740,15 @@ static void commit_image(const float* pending, int32_t n, int32_t N, int32_t C,
   }
 }
 
-/* SPEC "Detector": one label into the detector (guard L = class_guard). */
-static void detector_take(float* det, int32_t K, int32_t L, int32_t label) {
-  const float rl = 1.0f / (float)L;
-  const float keep = 1.0f - rl;
-  float ra = 32.0f / (float)L;
-  int32_t k;
-  if (ra > 1.0f) ra = 1.0f;
-  for (k = 0; k < K; ++k) det[k] = keep * det[k];
-  det[label] = det[label] + rl;
-  if (det[K + 1] >= 0.0f) {
-    const float agree_keep = (1.0f - ra) * det[K];
-    const float agree_add = ra * ((float)label == det[K + 1] ? 1.0f : 0.0f);
-    det[K] = agree_keep + agree_add;
-  }
-  det[K + 1] = (float)label;
-}
-
-/* Image n: its class (label >= 0) and, with the guard, the detector
- * (det_label >= 0). */
-static void commit_one(const float* pending, int32_t n, int32_t label,
-                       int32_t det_label, int32_t N, int32_t C,
-                       const forge_recalib_options* opts, float rate,
+/* Image n enters its class (label >= 0). */
+static void commit_one(const float* pending, int32_t n, int32_t label, int32_t N,
+                       int32_t C, const forge_recalib_options* opts, float rate,
                        float* class_state) {
-  const int32_t K = opts->classes;
-  const size_t kc = (size_t)K * (size_t)C;
-  if (label >= 0) {
-    commit_image(pending, n, N, C, opts->variance, rate,
-                 class_state + (size_t)label * (size_t)C,
-                 class_state + kc + (size_t)label * (size_t)C);
-  }
-  if (opts->class_guard > 0 && det_label >= 0) {
-    detector_take(detector_of(class_state, C, K), K, opts->class_guard, det_label);
-  }
-}
-
-/* SPEC "Guard": after a commit, the flag from the detector. */
-static void detector_decide(float* class_state, int32_t C, int32_t K) {
-  float* det = detector_of(class_state, C, K);
-  float e = 0.0f;
-  int32_t k;
-  for (k = 0; k < K; ++k) {
-    const float h2 = det[k] * det[k];
-    e = e + h2;
-  }
-  det[K + 2] = det[K] > 1.75f * e ? 1.0f : 0.0f;
-}
-
-/* Repairs an unusable detector before a commit reads it (SPEC "Repair"). */
-static void detector_check(float* class_state, int32_t C, int32_t K) {
-  float* det = detector_of(class_state, C, K);
-  if (!detector_usable(det, K)) detector_reset(det, K);
+  const size_t kc = (size_t)opts->classes * (size_t)C;
+  if (label < 0) return;
+  commit_image(pending, n, N, C, opts->variance, rate,
+               class_state + (size_t)label * (size_t)C,
+               class_state + kc + (size_t)label * (size_t)C);
 }
 
 int forge_recalib_classes_commit(const float* pending, const int32_t* labels,
@@ -872,11 +765,9 @@ int forge_recalib_classes_commit(const float* pending, const int32_t* labels,
                      "a label must be a class in [0, K) or -1");
     }
   }
-  if (opts->class_guard > 0) detector_check(class_state, C, opts->classes);
   for (n = 0; n < N; ++n) {
-    commit_one(pending, n, labels[n], labels[n], N, C, opts, rate, class_state);
+    commit_one(pending, n, labels[n], N, C, opts, rate, class_state);
   }
-  if (opts->class_guard > 0) detector_decide(class_state, C, opts->classes);
   return set_msg(msg, FORGE_RECALIB_OK, "ok");
 }
 
@@ -888,42 +779,12 @@ int forge_recalib_classes_commit_s8(const float* pending, const int8_t* logits,
   float rate;
   const int status = commit_check(pending, logits, N, C, opts, class_state, &rate, msg);
   if (status != FORGE_RECALIB_OK) return status;
-  if (opts->class_guard > 0) detector_check(class_state, C, opts->classes);
   for (n = 0; n < N; ++n) {
     const int8_t* row = logits + (size_t)n * (size_t)opts->classes;
     commit_one(pending, n,
-               forge_recalib_class_label_s8(row, opts->classes, opts->class_margin),
-               forge_recalib_class_label_s8(row, opts->classes, 0), N, C, opts, rate,
-               class_state);
+               forge_recalib_class_label_s8(row, opts->classes, opts->class_margin), N,
+               C, opts, rate, class_state);
   }
-  if (opts->class_guard > 0) detector_decide(class_state, C, opts->classes);
-  return set_msg(msg, FORGE_RECALIB_OK, "ok");
-}
-
-int forge_recalib_classes_observe_s8(const int8_t* logits, int32_t N, int32_t C,
-                                     const forge_recalib_options* opts,
-                                     float* class_state, const char** msg) {
-  int32_t n;
-  int status;
-  if (logits == NULL || opts == NULL || class_state == NULL) {
-    return set_msg(msg, FORGE_RECALIB_ERR_NULL, "a required pointer is NULL");
-  }
-  status = forge_recalib_validate_options(opts, msg);
-  if (status != FORGE_RECALIB_OK) return status;
-  if (opts->classes == 0) {
-    return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS, "observe without the classes option");
-  }
-  if (N < 1 || N > FORGE_RECALIB_MAX_M || C < 1 || C > FORGE_RECALIB_MAX_C) {
-    return set_msg(msg, FORGE_RECALIB_ERR_SHAPE, "N or C out of range");
-  }
-  if (opts->class_guard == 0) return set_msg(msg, FORGE_RECALIB_OK, "ok");
-  detector_check(class_state, C, opts->classes);
-  for (n = 0; n < N; ++n) {
-    const int8_t* row = logits + (size_t)n * (size_t)opts->classes;
-    detector_take(detector_of(class_state, C, opts->classes), opts->classes,
-                  opts->class_guard, forge_recalib_class_label_s8(row, opts->classes, 0));
-  }
-  detector_decide(class_state, C, opts->classes);
   return set_msg(msg, FORGE_RECALIB_OK, "ok");
 }
 

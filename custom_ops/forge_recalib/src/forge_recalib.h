@@ -70,8 +70,11 @@ typedef enum {
   FORGE_RECALIB_MODE_FROZEN = 1, /* renormalize with the current state */
   FORGE_RECALIB_MODE_SOURCE = 2, /* renormalize with the clean targets
                                     (beta, gamma_abs^2); state untouched */
-  FORGE_RECALIB_MODE_ADAPT_SAFE = 3, /* ADAPT where option label_safe is 1, SOURCE
-                                        elsewhere (forge_recalib_mode_for) */
+  FORGE_RECALIB_MODE_ADAPT_SAFE = 3, /* the statistics safe under correlated
+                                        labels: ADAPT where option label_safe
+                                        is 1, else the class mixture with
+                                        option classes, else SOURCE
+                                        (forge_recalib_mode_for) */
   FORGE_RECALIB_MODE_COUNT
 } forge_recalib_mode;
 
@@ -102,9 +105,6 @@ const char* forge_recalib_path_name(int32_t code);
 #define FORGE_RECALIB_DEFAULT_EPS 1e-5f
 /* Option `classes` (K): at most this many classes. */
 #define FORGE_RECALIB_MAX_CLASSES 256
-/* Option `class_guard` (L): 0 (off) or in [MIN, MAX] images. */
-#define FORGE_RECALIB_MIN_GUARD 32
-#define FORGE_RECALIB_MAX_GUARD (1 << 24)
 /* Larger custom_options are rejected (a valid map is about 100 bytes). */
 #define FORGE_RECALIB_MAX_OPTIONS_BYTES 512
 /* AUTO uses the table when a channel has at least this many elements (and the
@@ -122,7 +122,7 @@ const char* forge_recalib_path_name(int32_t code);
  * ScratchBufferHandle). micro/forge_recalib_kernel.cc checks both against the
  * real layouts on every 32-bit build; the manifest's memory figures use them.
  * TFLM rounds each persistent buffer up to FORGE_RECALIB_ARENA_ALIGN. */
-#define FORGE_RECALIB_OP_DATA_BYTES_ILP32 144
+#define FORGE_RECALIB_OP_DATA_BYTES_ILP32 140
 #define FORGE_RECALIB_TFLM_NODE_BYTES_ILP32 72
 #define FORGE_RECALIB_ARENA_ALIGN 16
 
@@ -140,7 +140,6 @@ const char* forge_recalib_path_name(int32_t code);
   X(variance, VARIANCE)                \
   X(classes, INT)                      \
   X(class_margin, INT)                 \
-  X(class_guard, INT)                  \
   X(arithmetic, ARITHMETIC)            \
   X(label_safe, INT)
 
@@ -156,17 +155,14 @@ typedef struct {
   int32_t class_margin; /* in [0, 255], needs classes when > 0: an image enters
                            its class only when its top int8 logit leads the
                            next by at least this much (SPEC "Labels") */
-  int32_t class_guard;  /* 0 or [32, 2^24] images, needs classes when > 0:
-                           label-blind statistics unless the predicted labels
-                           look correlated (SPEC "Guard"); the detector's
-                           label-histogram window L */
   int32_t arithmetic;   /* forge_recalib_arithmetic; INT excludes classes */
   int32_t label_safe;   /* 0 or 1: adapts in mode ADAPT_SAFE (SPEC "Modes") */
 } forge_recalib_options;
 
 /* The mode an op with these options runs for the mode it is given: ADAPT_SAFE
- * becomes ADAPT where label_safe is set, else SOURCE; other modes stay. Every
- * caller (the TFLM kernel, the Python binding) resolves through this. */
+ * becomes ADAPT where label_safe is set, stays ADAPT_SAFE (the class mixture)
+ * with classes, else becomes SOURCE; other modes stay. Every caller (the TFLM
+ * kernel, the Python binding) resolves through this. */
 int32_t forge_recalib_mode_for(const forge_recalib_options* opts, int32_t mode);
 
 /* forge_recalib_quant.magic once forge_recalib_prepare_quant has filled it. */
@@ -269,21 +265,20 @@ int forge_recalib_s8_int(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
                          void* scratch, size_t scratch_bytes, const char** msg);
 
 /* ------------------------------------- Class-balanced statistics (K > 0)
- * SPEC.md "Class-balanced statistics": a layer above the per-channel core. An
- * adapt invocation is
- *   forge_recalib_classes_mixture(...)       class state -> state (mu, var)
- *   forge_recalib_s8_<variant>(..., FORGE_RECALIB_MODE_FROZEN, ...)
- *   forge_recalib_image_moments(...)         x -> pending (until the labels)
- * and once the prediction exists, forge_recalib_classes_commit(...) moves each
- * image's moments into its predicted class. Every variant is reused unchanged.
+ * SPEC.md "Class-balanced statistics": a layer above the per-channel core. The
+ * op's [mu, var] stay the label-blind statistics (ADAPT and FROZEN run the core
+ * on them as without classes); an ADAPT_SAFE invocation is
+ *   forge_recalib_classes_mixture(...)       class state -> mixture (mu, var)
+ *   forge_recalib_s8_<variant>(..., FORGE_RECALIB_MODE_FROZEN, mixture ...)
+ * and ADAPT and ADAPT_SAFE keep their images' moments pending
+ * (forge_recalib_image_moments) until the prediction exists; then
+ * forge_recalib_classes_commit(...) moves each image's moments into its
+ * predicted class. Every variant is reused unchanged.
  * Layouts (float32): offsets [K][C] (the clean class means minus their average,
- * flash); class_state [K][C] means, [K][C] variances, then the guard block
- * (SPEC "Guard", used with class_guard > 0): label-blind [C] means and [C]
- * variances, the detector's label histogram [K], agreement, previous label
- * and flag (8*K + 8 bytes per channel plus 4*(K + 3) bytes); pending [N][C]
- * means then [N][C] variances (8*N bytes per channel). */
+ * flash); class_state [K][C] means then [K][C] variances (8*K bytes per
+ * channel); pending [N][C] means then [N][C] variances (8*N bytes per channel). */
 
-/* Floats of the class state of C channels and K classes (guard block included). */
+/* Floats of the class state of C channels and K classes. */
 size_t forge_recalib_class_floats(int32_t C, int32_t K);
 /* Floats of an op's state block: [mu, var] (2 C), with K > 0 classes followed
  * by the class state (forge_recalib_class_floats) and the pending moments of a
@@ -296,17 +291,11 @@ int forge_recalib_check_offsets(const float* offsets, int32_t C, int32_t K,
 int forge_recalib_classes_reset(const float* beta, const float* gamma_abs,
                                 const float* offsets, int32_t C, int32_t K,
                                 float* class_state, const char** msg);
-/* Repairs unusable parts of class_state, then writes the (mu, var) the op
- * normalizes with into state[2C]: the class mixture, or with guard != 0 and
- * the detector's flag clear, the label-blind statistics; returns 1 in that
- * case (an adapt invocation then runs the core in adapt mode on the
- * label-blind block, forge_recalib_classes_blind, and copies it to state),
- * else 0. Inputs assumed validated. */
-int forge_recalib_classes_mixture(const float* beta, const float* gamma_abs,
-                                  const float* offsets, int32_t C, int32_t K,
-                                  int32_t guard, float* class_state, float* state);
-/* The label-blind block [bmu[C], bvar[C]] of a class state (SPEC "Guard"). */
-float* forge_recalib_classes_blind(float* class_state, int32_t C, int32_t K);
+/* Repairs unusable channels of class_state, then writes the class mixture
+ * (mu, var) into mixture[2C]. Inputs assumed validated. */
+void forge_recalib_classes_mixture(const float* beta, const float* gamma_abs,
+                                   const float* offsets, int32_t C, int32_t K,
+                                   float* class_state, float* mixture);
 /* Each image's mean and variance of x[N][HW][C] (SPEC step 2 with M = HW)
  * into pending; scratch as for forge_recalib_s8_* (the stats area). */
 int forge_recalib_image_moments(const int8_t* x, int32_t N, int32_t HW,
@@ -314,29 +303,17 @@ int forge_recalib_image_moments(const int8_t* x, int32_t N, int32_t HW,
                                 float* pending, void* scratch,
                                 size_t scratch_bytes, const char** msg);
 /* labels[N]: each image's class in [0, K), or -1 (it does not enter). Images
- * enter in order, each at rate min(1, K / window) (or min(1, K * momentum)).
- * With class_guard, each labelled image also updates the detector (SPEC
- * "Guard"). */
+ * enter in order, each at rate min(1, K / window) (or min(1, K * momentum)). */
 int forge_recalib_classes_commit(const float* pending, const int32_t* labels,
                                  int32_t N, int32_t C,
                                  const forge_recalib_options* opts,
                                  float* class_state, const char** msg);
 /* commit with each image's label taken from the model's int8 output
- * logits[N][K] by forge_recalib_class_label_s8 with opts->class_margin; the
- * detector takes every image's argmax (margin 0). */
+ * logits[N][K] by forge_recalib_class_label_s8 with opts->class_margin. */
 int forge_recalib_classes_commit_s8(const float* pending, const int8_t* logits,
                                     int32_t N, int32_t C,
                                     const forge_recalib_options* opts,
                                     float* class_state, const char** msg);
-/* SPEC "Observe": the guard's detector takes each image's argmax of an int8
- * output logits[N][K] of a source (or frozen) invocation, in order, then
- * decides its flag; the class and label-blind statistics and the pending
- * moments are left alone. A no-op without class_guard. The gate calls it for
- * the images it predicts in source mode while it is off, so the detector
- * keeps reading the stream while nothing adapts. */
-int forge_recalib_classes_observe_s8(const int8_t* logits, int32_t N, int32_t C,
-                                     const forge_recalib_options* opts,
-                                     float* class_state, const char** msg);
 /* The label of one image (SPEC "Labels"): the index of the largest int8 logit
  * (the lowest index on ties) when it exceeds every other logit by at least
  * min_margin, else -1 (exact on every target). min_margin 0: the argmax. */

@@ -219,7 +219,7 @@ int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
   }
   bool has_momentum = false, has_window = false, has_eps = false,
        has_activation = false, has_variance = false, has_classes = false,
-       has_class_margin = false, has_class_guard = false, has_arithmetic = false,
+       has_class_margin = false, has_arithmetic = false,
        has_label_safe = false;
   for (size_t i = 0; i < keys.size(); ++i) {
     const flexbuffers::Reference key_ref = keys[i];
@@ -281,17 +281,6 @@ int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
         return Fail(msg, "option 'class_margin' must be an integer");
       }
       if (r == OptionRead::kOutOfRange) return Fail(msg, "class_margin must be in [0, 255]");
-    } else if (KeyIs(key, "class_guard")) {
-      if (has_class_guard) return Fail(msg, "duplicate option key 'class_guard'");
-      has_class_guard = true;
-      const OptionRead r = ReadInt(raw, 0, FORGE_RECALIB_MAX_GUARD, &out->class_guard);
-      if (r == OptionRead::kWrongType) {
-        return Fail(msg, "option 'class_guard' must be an integer");
-      }
-      if (r == OptionRead::kOutOfRange ||
-          (out->class_guard > 0 && out->class_guard < FORGE_RECALIB_MIN_GUARD)) {
-        return Fail(msg, "class_guard must be 0 (off) or in [32, 2^24]");
-      }
     } else if (KeyIs(key, "arithmetic")) {
       if (has_arithmetic) return Fail(msg, "duplicate option key 'arithmetic'");
       has_arithmetic = true;
@@ -310,7 +299,7 @@ int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
       if (r == OptionRead::kOutOfRange) return Fail(msg, "label_safe must be 0 or 1");
     } else {
       return Fail(msg, "unknown option key (momentum, window, eps, activation, "
-                       "variance, classes, class_margin, class_guard, arithmetic, "
+                       "variance, classes, class_margin, arithmetic, "
                        "label_safe)");
     }
   }
