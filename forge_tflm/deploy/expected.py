@@ -228,7 +228,7 @@ def expected_gated(artifact, inputs_int8: np.ndarray, gate, *,
   x = np.asarray(inputs_int8)
   logits, paths, decisions = [], [], []
   for n in range(len(x)):
-    probing, adapting = gated.probing, bool(gated.fired)
+    probing, adapting = gated.probing, gated.adapting
     last.clear()
     gated.predict(x[n:n + 1])
     path = ("adapt" if adapting else "source") if probing else (

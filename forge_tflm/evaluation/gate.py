@@ -123,6 +123,11 @@ class GatedForge(Int8Method):
     return self.controller.probing
 
   @property
+  def adapting(self) -> bool:
+    """Whether the adapting path predicts now (the controller's state)."""
+    return self.controller.adapting
+
+  @property
   def fired(self) -> bool | None:
     """The last decision; None before the first."""
     return self.controller.adapting if self.decisions else None
