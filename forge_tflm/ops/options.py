@@ -283,7 +283,7 @@ def _read_value(key: str, kind: str, ref):
   if kind == "FLOAT":
     if not ref.IsFloat:
       raise ValueError(f"option {key!r} must be a float")
-    return float(ref.AsFloat)
+    return _float_value(ref)
   if kind == "INT":
     if not ref.IsInt:
       raise ValueError(f"option {key!r} must be an integer")
@@ -291,6 +291,19 @@ def _read_value(key: str, kind: str, ref):
   if not ref.IsString:
     raise ValueError(f"option {key!r} must be a string")
   return ref.AsString
+
+
+def _float_value(ref) -> float:
+  """A flexbuffer float as the C++ parser reads it: 4- and 8-byte IEEE floats as they
+  are, 1- and 2-byte ones as int8 / int16 (flexbuffers' ReadDouble; the Python library
+  has no such widths)."""
+  if ref._type is flexbuffers.Type.INDIRECT_FLOAT:
+    raw, width = ref._Indirect(), ref._byte_width
+  else:
+    raw, width = ref._Bytes, ref._parent_width
+  if width in (1, 2):
+    return float(int.from_bytes(bytes(raw[:width]), "little", signed=True))
+  return float(ref.AsFloat)
 
 
 # flexbuffers type codes (flexbuffers.h) of the values an option can take.

@@ -104,3 +104,16 @@ def test_decoder_refuses_what_the_cpp_parser_refuses(what):
   unmutated = bytes.fromhex(options_crosscheck._SEED)
   assert ops.decode_options(unmutated) == ops.RecalibOptions(momentum=0.1,
                                                              activation="relu")
+
+
+def test_one_and_two_byte_floats_read_as_the_cpp_parser_reads_them():
+  """flexbuffers' C++ ReadDouble takes 1- and 2-byte floats as int8 / int16; the Python
+  library had no such widths and the decoder refused a buffer the device parses
+  (options_crosscheck, 1 disagreement in 1,000,000 buffers): momentum a 2-byte indirect
+  float 0 here."""
+  data = bytes.fromhex(
+      "6d6f6d656e74756d006570730061637469766174696f6e00046e6f6e650076617269616e63650007"
+      "72756e6e696e670004242933160000000700000001000000040000002b000000acc5273700000000"
+      "28000000140e2114142601")
+  opts = ops.decode_options(data)
+  assert opts.momentum == 0.0 and opts.eps == float(np.float32(1e-5))
