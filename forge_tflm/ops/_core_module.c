@@ -668,11 +668,12 @@ static PyTypeObject kPreparedType = {
 };
 
 static PyObject* py_scratch_bytes(PyObject* self, PyObject* args) {
-  int c;
+  int c, k = 0;
   (void)self;
-  if (!PyArg_ParseTuple(args, "i", &c)) return NULL;
-  return Py_BuildValue("(nn)", (Py_ssize_t)forge_recalib_scratch_bytes_affine(c),
-                       (Py_ssize_t)forge_recalib_scratch_bytes(c));
+  if (!PyArg_ParseTuple(args, "i|i", &c, &k)) return NULL;
+  const Py_ssize_t mixture = (Py_ssize_t)forge_recalib_scratch_bytes_mixture(c, k);
+  return Py_BuildValue("(nn)", (Py_ssize_t)forge_recalib_scratch_bytes_affine(c) + mixture,
+                       (Py_ssize_t)forge_recalib_scratch_bytes(c) + mixture);
 }
 
 static PyObject* py_state_floats(PyObject* self, PyObject* args) {
@@ -696,7 +697,8 @@ static PyMethodDef kMethods[] = {
      "class_labels_s8(logits [N, K] int8, margin) -> list of labels (the argmax,"
      " lowest index on ties, when it leads by >= margin, else -1)"},
     {"scratch_bytes", py_scratch_bytes, METH_VARARGS,
-     "scratch_bytes(c) -> (affine_bytes, any_path_bytes)"},
+     "scratch_bytes(c, classes=0) -> (affine_bytes, any_path_bytes), the class"
+     " mixture's included"},
     {"state_floats", py_state_floats, METH_VARARGS,
      "state_floats(c, classes, batch) -> floats of an op's state block"},
     {NULL, NULL, 0, NULL}};

@@ -70,16 +70,12 @@ class NodeMemory:
     return _aligned(self.state) + _aligned(self.op_data) + self.tflm_node
 
   @property
-  def _mixture(self) -> int:
-    return 2 * _FLOAT * self.channels if self.classes else 0
-
-  @property
   def scratch_affine(self) -> int:
-    return core().scratch_bytes(self.channels)[0] + self._mixture
+    return core().scratch_bytes(self.channels, self.classes)[0]
 
   @property
   def scratch_table(self) -> int:
-    return core().scratch_bytes(self.channels)[1] + self._mixture
+    return core().scratch_bytes(self.channels, self.classes)[1]
 
   def to_json(self) -> dict:
     out = {"state_bytes": self.state, "state_bytes_per_channel": self.state_per_channel}

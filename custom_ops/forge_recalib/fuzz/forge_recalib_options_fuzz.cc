@@ -232,7 +232,7 @@ void RunClasses(const Node& d, Picker* pick) {
   int8_t* logits = new int8_t[static_cast<size_t>(d.n) * k];
   int32_t* labels = new int32_t[d.n];
   const size_t bytes = forge_recalib_scratch_bytes(d.c);
-  void* scratch = malloc(bytes + 2 * sizeof(float) * d.c);  // + the mixture
+  void* scratch = malloc(bytes + forge_recalib_scratch_bytes_mixture(d.c, k));
   const char* msg = nullptr;
   const int status = forge_recalib_classes_reset(d.beta, d.gamma, offsets, d.c, k,
                                                  class_state, &msg);

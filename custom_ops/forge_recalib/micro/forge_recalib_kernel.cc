@@ -174,11 +174,9 @@ size_t ScratchBytes(int32_t c) {
 #endif
 }
 
-// Class-balanced ops: the class mixture (2*C floats) after the core's scratch
-// (a multiple of 8 bytes).
+// Class-balanced ops: the class mixture after the core's scratch.
 size_t RequestedScratchBytes(const OpData* d, int32_t c) {
-  const size_t mixture = d->opts.classes > 0 ? 2 * sizeof(float) * c : 0;
-  return ScratchBytes(c) + mixture;
+  return ScratchBytes(c) + forge_recalib_scratch_bytes_mixture(c, d->opts.classes);
 }
 
 // Per-tensor int8 quantization: (scale, zero point) or an error message.

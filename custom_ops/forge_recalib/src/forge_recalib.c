@@ -292,6 +292,11 @@ size_t forge_recalib_scratch_bytes(int32_t C) {
   return (size_t)280 * (size_t)C;
 }
 
+size_t forge_recalib_scratch_bytes_mixture(int32_t C, int32_t K) {
+  if (C < 1 || C > FORGE_RECALIB_MAX_C || K <= 0) return 0;
+  return 2 * sizeof(float) * (size_t)C;
+}
+
 /* SPEC "Validation": N, HW, N*HW per channel and C in range. */
 static int check_shape(int32_t N, int32_t HW, int32_t C, const char** msg) {
   if (N < 1 || HW < 1 || N > FORGE_RECALIB_MAX_M || HW > FORGE_RECALIB_MAX_M ||

@@ -215,6 +215,9 @@ int forge_recalib_state_reset(const float* beta, const float* gamma_abs,
 size_t forge_recalib_scratch_bytes(int32_t C);
 /* Scratch bytes enough for the affine path only (AUTO then never uses LUT). */
 size_t forge_recalib_scratch_bytes_affine(int32_t C);
+/* Scratch bytes an op with K classes needs after the core's (a multiple of 8):
+ * the class mixture of an adapt-safe invocation, 2*C floats; 0 for K = 0. */
+size_t forge_recalib_scratch_bytes_mixture(int32_t C, int32_t K);
 
 /* One invocation on x[N][HW][C] -> y (same layout). y may equal x (in place)
  * (with arithmetic int, state holds 2*C int32: see forge_recalib_s8_int)
