@@ -2,7 +2,7 @@
 
 The CI test (tests/runtime/test_fuzz_manifests.py) runs mutants 0-9,999; this runs
 --mutants (default 100,000) of the same generator (tests/runtime/manifest_fuzz.py:
-three seed artifacts, plain and class-balanced; type swaps, deletions, non-finite
+three seed artifacts, one and two FORGE sites; type swaps, deletions, non-finite
 and huge numbers, deep nesting, site duplication / reordering, edits of every field
 the model states, damaged text) and prints the counts measured. A traceback, crash,
 hang or accepted contradiction is listed with its mutant (kept under --workdir) and

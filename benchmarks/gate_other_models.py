@@ -41,8 +41,6 @@ def main(argv=None) -> int:
   ap.add_argument("--orderings", type=int, default=3)
   ap.add_argument("--gate_period", type=int, default=1024)
   ap.add_argument("--tolerance", type=float, default=0.5)
-  ap.add_argument("--class_images", type=int, default=0,
-                  help="convert with class-balanced statistics (the label defence)")
   ap.add_argument("--label_order", default="shuffled", help="forge_tflm eval --label_order")
   ap.add_argument("--executor", default="inline", help="forge_tflm eval --executor")
   ap.add_argument("--output", default=None)
@@ -57,7 +55,7 @@ def main(argv=None) -> int:
     for k, (label, path, convert_flags) in enumerate(models):
       artifact = os.path.join(tmp, f"m{k}.tflite")
       if cli(["forge_tflm", "convert", f"--model={path}", f"--data_dir={args.data_dir}",
-              f"--output={artifact}", f"--class_images={args.class_images}"]
+              f"--output={artifact}"]
              + convert_flags):
         raise SystemExit(f"{label}: forge_tflm convert failed")
       out = os.path.join(tmp, f"eval{k}")
@@ -78,8 +76,7 @@ def main(argv=None) -> int:
   lines = [f"# {datetime.date.today()}: python benchmarks/gate_other_models.py "
            f"{' '.join(argv if argv is not None else sys.argv[1:])}",
            f"# {args.limit} test images per corruption, severity 5, batch {args.batch_size}, "
-           f"{args.orderings} orderings, {args.label_order} streams"
-           f"{', class-balanced statistics' if args.class_images else ''}; gate: defaults,"
+           f"{args.orderings} orderings, {args.label_order} streams; gate: defaults,"
            " --gate_period="
            f"{args.gate_period}; hurt = more than {args.tolerance:g} point under the int8 "
            "source", "",

@@ -47,8 +47,7 @@ def report(result: oc.Result, args, command: str, inc: str, wall: float) -> str:
       f"harness: {result.harness_summary} (last chunk of "
       f"{min(args.chunk, result.buffers):,})",
       "C paths run on each parsed input: forge_recalib_s8_ansi_path, "
-      "forge_recalib_s8_x86_path (bit-exact to ansi), with classes the class "
-      "functions (reset, image_moments, mixture, commit_s8, commit)",
+      "forge_recalib_s8_x86_path (bit-exact to ansi)",
       f"wall: {wall:.0f} s",
   ]
   for hexdata, cpp, py in result.disagreements[:50]:

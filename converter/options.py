@@ -3,19 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 
 from forge_tflm.artifact import InputContract
 from forge_tflm.converter import parity
 from forge_tflm.ops import RecalibOptions
-
-
-# Logits an image's prediction must lead by before it enters its class (class-balanced
-# statistics): only confident predictions feed the class statistics, so a long run of
-# one class cannot pour its mispredicted images into other classes. Chosen on the
-# bundled ResNet-20 (benchmarks/results/class_margin_probe.md: about 100 output steps
-# of 0.119; field_protocols_balanced*.md measure the default).
-DEFAULT_CLASS_MARGIN = 12.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,13 +26,6 @@ class ConvertOptions:
   parity_images: calibration images the parity gate compares on.
   source_agreement: from an int8 .tflite, the least top-1 agreement (on the
     calibration images) of the artifact in source mode with the input model.
-  class_images: 0, or the number of labelled calibration images (drawn with
-    calibration_seed) whose class means give every site class-balanced statistics
-    (converter/class_offsets.py; the op's option `classes` = the model's outputs).
-  class_margin: with class_images, the logit lead (top-1 minus top-2 of the model's
-    output, in logits) an image's prediction needs before it enters its class; the
-    op's option class_margin in output quantization steps, ceil(margin / scale),
-    at most 255. 0: every prediction enters. Default: DEFAULT_CLASS_MARGIN.
   """
 
   sites: str | tuple[str, ...] = "all"
@@ -56,8 +40,6 @@ class ConvertOptions:
   parity_tolerance: float = parity.DEFAULT_TOLERANCE
   parity_images: int = parity.DEFAULT_IMAGES
   source_agreement: float = parity.DEFAULT_SOURCE_AGREEMENT
-  class_images: int = 0
-  class_margin: float = DEFAULT_CLASS_MARGIN
 
   def __post_init__(self):
     if not isinstance(self.recalib, RecalibOptions):
@@ -72,15 +54,6 @@ class ConvertOptions:
       raise ValueError(f"source_agreement must be in [0, 1], got {self.source_agreement}")
     if self.parity_images < 1:
       raise ValueError("parity_images must be >= 1")
-    if self.class_images < 0:
-      raise ValueError("class_images must be >= 0 (0: no class-balanced statistics)")
-    if not (math.isfinite(self.class_margin) and self.class_margin >= 0):
-      raise ValueError(f"class_margin must be a finite logit lead >= 0, got"
-                       f" {self.class_margin}")
-    if self.class_images and self.recalib.classes is not None:
-      raise ValueError("recalib.classes is set by the converter (class_images), not given")
-    if self.class_images and self.recalib.integer:
-      raise ValueError("arithmetic int does not support classes (class_images)")
     if self.preact_range != "minmax":
       kind, _, p = self.preact_range.partition(":")
       try:

@@ -4,8 +4,8 @@
     select (select.py) -> calibration inputs (calibration.py) -> float and int8
     conversion (quantize.py) -> parity gate (parity.py) -> match convs (match.py) ->
     pre-activation ranges (calibration.py) -> insert FORGE_RECALIB (insert.py) ->
-    label-safe sites (label_safety.py) -> class offsets (class_offsets.py, with class_images) -> model checks
-    (forge_tflm.model_check) -> outputs (outputs.py)
+    label-safe sites (label_safety.py) -> model checks (forge_tflm.model_check) ->
+    outputs (outputs.py)
 
 Each pass reads and fills a few fields of `_Context` and calls one module, which is
 unit-tested on its own; recording BN targets (find sites) is separate from
@@ -26,8 +26,8 @@ from forge_tflm.artifact import Manifest, manifest_path
 from forge_tflm.fileio import file_sha256, write_atomically
 from forge_tflm.quiet import native_output_hidden
 from forge_tflm.converter import calibration as calib
-from forge_tflm.converter import (class_offsets, insert, label_safety, match, outputs,
-                                  parity, static_shapes)
+from forge_tflm.converter import (insert, label_safety, match, outputs, parity,
+                                  static_shapes)
 from forge_tflm.converter.frontend_keras import KerasFrontend
 from forge_tflm.converter.frontend_onnx import OnnxFrontend
 from forge_tflm.converter.frontend_tflite import TfliteFrontend
@@ -187,33 +187,6 @@ def _label_safety(ctx: _Context) -> None:
                ", ".join(s.site.name for s in ctx.inserted if s.options.label_safe))
 
 
-def _class_offsets(ctx: _Context) -> None:
-  n = ctx.options.class_images
-  if not n or not ctx.inserted:
-    return
-  labels = getattr(ctx.calibration, "labels", None)
-  if labels is None:
-    raise ConversionError("class-balanced statistics need labelled calibration images"
-                          " (an ImageSet with labels)")
-  images = ctx.calibration.images
-  labels = np.asarray(labels)
-  if n < len(images):
-    rng = np.random.default_rng(ctx.options.calibration_seed + 1)
-    pick = np.sort(rng.permutation(len(images))[:n])
-    images, labels = images[pick], labels[pick]
-  scale, zp = _io_quant(ctx.model_t)[0]
-  x = ctx.options.input_contract.to_float(images)
-  x_int8 = np.clip(np.round(x / scale) + zp, -128, 127).astype(np.int8)
-  offsets = class_offsets.measure(ctx.tflite, x_int8, labels)
-  margin = class_offsets.margin_steps(ctx.options.class_margin, _io_quant(ctx.model_t)[1][0])
-  ctx.inserted = class_offsets.add_to_model(ctx.model_t, offsets, ctx.inserted, margin)
-  ctx.tflite = tg.save_model(ctx.model_t)
-  logging.info("class-balanced statistics: offsets of %d classes from %d labelled images,"
-               " class margin %d output steps (%g logits)",
-               next(iter(offsets.values())).shape[0], len(x_int8), margin,
-               ctx.options.class_margin)
-
-
 def _validate(ctx: _Context) -> None:
   """What convert writes must load where it is used (the evaluator, the firmware
   export): the same model checks, so a model they would refuse fails here."""
@@ -263,11 +236,10 @@ def _source_parity(ctx: _Context) -> None:
 
 # From a float model (Keras, ONNX): BN targets recorded at fold time.
 PASSES = (_load, _find_sites, _select, _calibration_inputs, _quantize, _parity, _match,
-          _preact_ranges, _insert, _label_safety, _class_offsets, _validate)
+          _preact_ranges, _insert, _label_safety, _validate)
 # From a full-int8 .tflite: targets measured on the calibration images.
 TFLITE_PASSES = (_load, _find_sites, _select, _calibration_inputs, _read_int8,
-                 _measure_targets, _insert, _label_safety, _source_parity,
-                 _class_offsets, _validate)
+                 _measure_targets, _insert, _label_safety, _source_parity, _validate)
 
 
 def _io_quant(model_t) -> tuple[tuple[float, int], tuple[float, int]]:

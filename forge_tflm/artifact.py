@@ -290,12 +290,12 @@ class SiteRecord:
 
   @property
   def target_bytes(self) -> int:
-    """Flash constants: the targets, and the class offsets with class-balanced stats."""
-    return BYTES_PER_CHANNEL_TARGETS * self.channels + self.memory.offsets_flash
+    """Flash constants: the targets (beta, |gamma|)."""
+    return BYTES_PER_CHANNEL_TARGETS * self.channels
 
   @property
   def memory(self) -> NodeMemory:
-    return NodeMemory(self.channels, self.options.classes or 0)
+    return NodeMemory(self.channels)
 
   def to_json(self) -> dict:
     return {"name": self.name, "conv": self.conv, "kind": self.kind,
@@ -398,9 +398,7 @@ class Manifest:
 
   @property
   def state_bytes(self) -> int:
-    """FORGE's running statistics: SRAM, 8 B per adapted channel (with K classes of
-    class-balanced statistics at batch 1, 24 + 8 K per channel and 4 (K + 3) per op:
-    forge_tflm.ops.memory)."""
+    """FORGE's running statistics: SRAM, 8 B per adapted channel."""
     return sum(s.state_bytes for s in self.sites)
 
   @property
@@ -419,11 +417,6 @@ class Manifest:
             "arena_added_bytes_32bit": sum(m.persistent_arena for m in nodes),
             "scratch_bytes_peak": max((m.scratch_table for m in nodes), default=0),
             "target_bytes_flash": self.target_bytes}
-
-  @property
-  def class_balanced(self) -> bool:
-    """Some site keeps class-balanced statistics (the label defence)."""
-    return any(s.options.classes for s in self.sites)
 
   def site(self, name: str) -> SiteRecord:
     for s in self.sites:

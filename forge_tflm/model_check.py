@@ -891,7 +891,6 @@ class ForgeNodeSpec:
   quant: object            # forge_tflm.ops.QuantParams
   beta: np.ndarray         # float32 [C]
   gamma_abs: np.ndarray    # float32 [C]
-  offsets: np.ndarray | None = None  # float32 [K, C] with option classes = K
 
 
 def forge_node(model: "schema.ModelT", op_index: int, source: str = "model"
@@ -929,10 +928,8 @@ def forge_node(model: "schema.ModelT", op_index: int, source: str = "model"
     fail(f"invalid options: {e}")
   inputs = [] if op.inputs is None else [int(t) for t in op.inputs]
   outputs = [] if op.outputs is None else [int(t) for t in op.outputs]
-  want = 3 if options.classes is None else 4
-  if len(inputs) != want:
-    fail(f"has {len(inputs)} inputs, expects {want} (x, beta, gamma_abs"
-         + (")" if want == 3 else f", class_offsets: option classes={options.classes})"))
+  if len(inputs) != 3:
+    fail(f"has {len(inputs)} inputs, expects 3 (x, beta, gamma_abs)")
   if len(outputs) != 1:
     fail(f"has {len(outputs)} outputs, expects 1")
   n = len(sg.tensors)
@@ -986,13 +983,6 @@ def forge_node(model: "schema.ModelT", op_index: int, source: str = "model"
     return np.ascontiguousarray(data.reshape(dims), np.float32)
 
   consts = [constant(k, t, (c,)) for k, t in ((1, beta_t), (2, gamma_t))]
-  offsets = None
-  if options.classes is not None:
-    o_t, k = sg.tensors[inputs[3]], options.classes
-    if o_t.type != T.FLOAT32 or shape(o_t) != (k, c):
-      fail(f"{label(3)} must be float32 [K, C] = [{k}, {c}] (the class offsets), is"
-           f" {_TYPE_NAMES.get(o_t.type)} {_fmt_shape(shape(o_t))}")
-    offsets = constant(3, o_t, (k, c))
   quants = []
   for k, kind, t in ((0, "input", x), (0, "output", y)):
     q = t.quantization
@@ -1005,11 +995,11 @@ def forge_node(model: "schema.ModelT", op_index: int, source: str = "model"
     quants.append((float(np.float32(scales[0])), int(zeros[0])))
   quant = QuantParams(quants[0][0], quants[0][1], quants[1][0], quants[1][1])
   try:  # The C core's Prepare: quantization and targets (same code as the kernel).
-    RecalibOp(options, quant, consts[0], consts[1], offsets=offsets)
+    RecalibOp(options, quant, consts[0], consts[1])
   except ValueError as e:
     fail(str(e))
   return ForgeNodeSpec(op_index, inputs[0], outputs[0], options, quant, consts[0],
-                       consts[1], offsets)
+                       consts[1])
 
 
 # -- entry point ------------------------------------------------------------------------

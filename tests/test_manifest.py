@@ -1,7 +1,7 @@
 """The manifest: one schema, and every field the model states checked against it
 (issue 34). Editing only the `.json` keeps the model's sha256 valid: each case edits
 one field of a genuine seed artifact's manifest (tests/runtime/manifest_fuzz: the
-fuzz seeds, "classes" with class-balanced statistics at two sites) and expects a
+fuzz seeds, "two_sites" with two FORGE sites, one label-safe) and expects a
 one-line ArtifactError naming the manifest file and the field. Before, each of these
 loaded (and, for the firmware export, sized the arena from the edited field) or
 raised a traceback (RecursionError, OverflowError-like ValueErrors).
@@ -16,7 +16,7 @@ from forge_tflm.artifact import Artifact, ArtifactError
 from tests.runtime import manifest_fuzz as mf
 
 
-def _artifact(tmp_path, seed="classes", edit=None, text=None):
+def _artifact(tmp_path, seed="two_sites", edit=None, text=None):
   model = mf.SEEDS[seed]()
   path = tmp_path / f"{seed}.tflite"
   path.write_bytes(model)
@@ -57,12 +57,13 @@ def _dup_site(doc):
 
 
 CASES = {
-    # Issue 34: export-firmware sized the arena without the class state.
-    "classes_stripped": (_options(0, "classes", "class_margin"),
-                         r"field sites\[0\]\.options\.classes is absent, but operator 1's"
-                         r" options have 10"),
-    "classes_changed": (_options(1, classes=11),
-                        r"field sites\[1\]\.options\.classes is 11, but operator 3"),
+    "label_safe_stripped": (_options(0, "label_safe"),
+                            r"field sites\[0\]\.options\.label_safe is absent, but"
+                            r" operator 1's options have 1"),
+    "label_safe_set": (_options(1, label_safe=1),
+                       r"field sites\[1\]\.options\.label_safe is 1, but operator 3"),
+    "removed_option_classes": (_options(1, classes=10),
+                               r"sites\[1\]\.options.*classes"),
     "channels_65536": (_site(0, channels=65536),
                        r"field sites\[0\]\.channels is 65536, but operator 1 has 8"),
     "channels_-1000": (_site(0, channels=-1000),
@@ -148,7 +149,6 @@ def test_the_genuine_manifests_load(tmp_path, seed):
   path, _ = _artifact(tmp_path, seed)
   manifest = Artifact.load(path, require_manifest=True).manifest
   assert manifest.targets == {"source": "recorded"}  # Absent: recorded.
-  assert manifest.class_balanced == (seed == "classes")
 
 
 @pytest.mark.parametrize("targets", [{"source": "recorded"},

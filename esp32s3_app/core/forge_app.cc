@@ -66,8 +66,7 @@ struct RunState {
   uint32_t num_states = 0;
   const void* state_owner[kMaxOps] = {};
   const void* state_data[kMaxOps] = {};
-  size_t state_bytes[kMaxOps] = {};    // the buffer (forge_state)
-  size_t state_checked[kMaxOps] = {};  // its checksummed prefix
+  size_t state_bytes[kMaxOps] = {};  // the buffer (forge_state)
   uint32_t state_checksum[kMaxOps] = {};
   // Persistent allocations of the FORGE Prepare in progress.
   uint32_t num_recent = 0;
@@ -213,26 +212,15 @@ void* ForgeInit(TfLiteContext* ctx, const char* buffer, size_t length) {
 }
 
 // The op's state (SPEC: float32 [mu_0..mu_{C-1}, var_0..var_{C-1}], 8*C bytes of
-// persistent arena; with class-balanced statistics followed by cmu[K][C],
-// cvar[K][C] and the pending moments [2][N][C], SPEC "Class-balanced statistics")
-// is the one persistent buffer of exactly that size that its Prepare allocates.
-// Found that way (the kernel does not export it), the state checksum is best
-// effort: omitted when the match is not unique. The checksum covers [mu, var] and
-// the class state, not the pending moments (transient, as in the evaluator).
+// persistent arena) is the one persistent buffer of exactly that size that its
+// Prepare allocates. Found that way (the kernel does not export it), the state
+// checksum is best effort: omitted when the match is not unique.
 void FindState(TfLiteContext* ctx, TfLiteNode* node) {
   if (node->inputs == nullptr || node->inputs->size < 1) return;
   const TfLiteEvalTensor* x = ctx->GetEvalTensor(ctx, node->inputs->data[0]);
   if (x == nullptr || x->dims == nullptr || x->dims->size < 1) return;
   const int32_t c = x->dims->data[x->dims->size - 1];
-  int32_t classes = 0;
-  if (node->inputs->size >= 4) {  // class_offsets [K, C]
-    const TfLiteEvalTensor* o = ctx->GetEvalTensor(ctx, node->inputs->data[3]);
-    if (o == nullptr || o->dims == nullptr || o->dims->size != 2) return;
-    classes = o->dims->data[0];
-  }
-  const size_t checked = sizeof(float) * forge_recalib_state_floats(c, classes, 0);
-  const size_t want =
-      sizeof(float) * forge_recalib_state_floats(c, classes, x->dims->data[0]);
+  const size_t want = sizeof(float) * 2 * static_cast<size_t>(c);
   void* found = nullptr;
   int matches = 0;
   for (uint32_t i = 0; i < g_run.num_recent; ++i) {
@@ -244,7 +232,6 @@ void FindState(TfLiteContext* ctx, TfLiteNode* node) {
   if (matches != 1 || g_run.num_states >= static_cast<uint32_t>(kMaxOps)) return;
   g_run.state_owner[g_run.num_states] = node->user_data;
   g_run.state_data[g_run.num_states] = found;
-  g_run.state_checked[g_run.num_states] = checked;
   g_run.state_bytes[g_run.num_states++] = want;
 }
 
@@ -279,7 +266,7 @@ void ChecksumState(TfLiteNode* node, uint32_t op) {
   for (uint32_t i = 0; i < g_run.num_states; ++i) {
     if (g_run.state_owner[i] == node->user_data) {
       g_run.state_checksum[op] =
-          ForgeAppChecksum(g_run.state_data[i], g_run.state_checked[i]);
+          ForgeAppChecksum(g_run.state_data[i], g_run.state_bytes[i]);
       return;
     }
   }
@@ -392,28 +379,9 @@ class ModeScope {
       return ForgeRecalibSetMode(mode);
     }
   }
-  // After an adapting Invoke: its int8 output for the ops with class-balanced
-  // statistics (SPEC "Commit", "Labels": each op takes the image's label from
-  // it with its class_margin), applied at their next Eval; other ops ignore it.
-  // A copy lives here until then: the arena may reuse the output's bytes.
-  void CommitPrediction(const int8_t* logits, size_t num_classes) {
-    if constexpr (kPerInterpreter) {
-      if (Keep(logits, num_classes)) {
-        control_.CommitOutput(logits_, 1, static_cast<int32_t>(num_classes));
-      }
-    }
-  }
 
  private:
-  // Copies the output into logits_; false when no op can have that many classes.
-  bool Keep(const int8_t* logits, size_t num_classes) {
-    if (num_classes > sizeof(logits_)) return false;
-    for (size_t c = 0; c < num_classes; ++c) logits_[c] = logits[c];
-    return true;
-  }
-
   std::conditional_t<kPerInterpreter, Control, char> control_{};
-  int8_t logits_[FORGE_RECALIB_MAX_CLASSES] = {};
   int32_t saved_ = 0;
   bool ok_ = false;
 };
@@ -640,7 +608,6 @@ TfLiteStatus RunProbe(Session* s, ForgeControllerEvent* event) {
   s->mode->Set(forge_controller_op_mode(&s->gate, FORGE_CONTROLLER_PROBE));
   status = s->interpreter->Invoke();
   if (status != kTfLiteOk) return status;
-  s->mode->CommitPrediction(s->output->data.int8, s->num_classes);
   const bool adapting = forge_controller_adapting(&s->gate);
   *event = forge_controller_probed(&s->gate, s->source_logits, s->output->data.int8, 1);
   if (!adapting) memcpy(s->output->data.int8, s->source_logits, s->num_classes);
@@ -659,21 +626,13 @@ TfLiteStatus RunGated(Session* s, const char** path, ForgeControllerEvent* event
   s->mode->Set(forge_controller_op_mode(&s->gate, step));
   *path = kPaths[step];
   const TfLiteStatus status = s->interpreter->Invoke();
-  if (status == kTfLiteOk &&
-      (step == FORGE_CONTROLLER_ADAPT || step == FORGE_CONTROLLER_ADAPT_SAFE)) {
-    s->mode->CommitPrediction(s->output->data.int8, s->num_classes);
-  }
   if (status == kTfLiteOk) forge_controller_ran(&s->gate, s->output->data.int8, 1);
   return status;
 }
 
 TfLiteStatus RunImage(Session* s, const char** path, ForgeControllerEvent* event) {
   if (s->config->gate) return RunGated(s, path, event);
-  const TfLiteStatus status = s->interpreter->Invoke();
-  if (status == kTfLiteOk && s->config->adapt) {
-    s->mode->CommitPrediction(s->output->data.int8, s->num_classes);
-  }
-  return status;
+  return s->interpreter->Invoke();
 }
 
 // " name=h0,h1,..." over the FORGE ops (forge_only) or every op.

@@ -30,7 +30,6 @@
 //   img index=n pred=c logits=l0,l1,... ticks=T [forge=h0,...] [state=h0,...]
 //       [trace=h0,...]   forge=: one checksum per FORGE op's output (trace>=forge);
 //       state=: per FORGE op, its float32 [mu..., var...] state after the image
-//       (class-balanced ops: followed by cmu[K][C], cvar[K][C])
 //       (trace>=forge; omitted if the state buffers could not be identified);
 //       trace=: one checksum per op's output (trace=all)
 //   tensor image=n op=k offset=o bytes=B values=v0,...  (dump_op; 512 per line)

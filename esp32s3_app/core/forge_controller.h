@@ -11,11 +11,9 @@
 //         predict with forge_controller_adapting(&c) ? adp : src;
 //         event = forge_controller_probed(&c, src, adp, n);
 //         if (event == FORGE_CONTROLLER_OFF) reset FORGE to its targets;
-//       case FORGE_CONTROLLER_ADAPT:   run ADAPT (commit its labels);
-//       case FORGE_CONTROLLER_ADAPT_SAFE: run ADAPT_SAFE (class-balanced ops
-//                                      normalize with their class mixture,
-//                                      label-safe ops adapt, the others run
-//                                      source mode; commit its labels);
+//       case FORGE_CONTROLLER_ADAPT:   run ADAPT;
+//       case FORGE_CONTROLLER_ADAPT_SAFE: run ADAPT_SAFE (label-safe ops adapt,
+//                                      the others run source mode);
 //       case FORGE_CONTROLLER_FROZEN:  run FROZEN;
 //     }  then, outside a probe: forge_controller_ran(&c, output, n);
 //

@@ -67,13 +67,6 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
                      " least top-1 agreement of the artifact in source mode with the input"
                      " model on the calibration images.", lower_bound=0.0, upper_bound=1.0,
                      flag_values=fv)
-  flags.DEFINE_integer("class_images", d.class_images, "0, or labelled calibration images"
-                       " whose class means give every site class-balanced statistics"
-                       " (the defence against label-correlated streams).", lower_bound=0,
-                       flag_values=fv)
-  flags.DEFINE_float("class_margin", d.class_margin, "With --class_images: the logit lead"
-                     " (top-1 minus top-2) a prediction needs before its image enters"
-                     " its class; 0: every prediction.", lower_bound=0.0, flag_values=fv)
   return fv
 
 
@@ -111,7 +104,7 @@ def run(fv: flags.FlagValues, command: str) -> int:
       calibration_size=fv.calibration_size, preact_range=fv.preact_range,
       c_array=fv.c_array, parity_check=fv.parity_check,
       parity_tolerance=fv.parity_tolerance, parity_images=fv.parity_images,
-      source_agreement=fv.source_agreement, class_images=fv.class_images, class_margin=fv.class_margin)
+      source_agreement=fv.source_agreement)
   # Inputs and outputs next, still before TensorFlow loads (~10 s).
   from forge_tflm.converter import outputs
   from forge_tflm.fileio import check_model_file

@@ -33,13 +33,8 @@ def checksum(data: np.ndarray) -> int:
 
 def device_state(node) -> np.ndarray:
   """A FORGE node's state as the app checksums its buffer: float32 [mu, var] (int32
-  with arithmetic int: its bytes as they are, never converted), then with
-  class-balanced statistics the class state block (cmu [K, C], cvar [K, C]: the C
-  core's layout)."""
-  state = node.state
-  if state.block is None:
-    return np.ascontiguousarray(state.data)
-  return np.concatenate([state.data, state.block])
+  with arithmetic int: its bytes as they are, never converted)."""
+  return np.ascontiguousarray(node.state.data)
 
 
 @dataclasses.dataclass
@@ -165,8 +160,7 @@ def expected_outputs(artifact, inputs_int8: np.ndarray, *, mode: str = "adapt",
   n_images = len(x)
   logits, forge_sums, op_sums, outputs, states, state_sums = [], [], [], [], [], []
   for n in range(n_images):
-    # Uncommitted: the device applies an image's class update at the next invocation.
-    y = model.run(x[n:n + 1], mode=mode, commit=False)
+    y = model.run(x[n:n + 1], mode=mode)
     logits.append(y.reshape(-1))
     if tracer is not None:
       outs = tracer.outputs()
@@ -182,8 +176,6 @@ def expected_outputs(artifact, inputs_int8: np.ndarray, *, mode: str = "adapt",
         states.append(state)
       if trace != "none":
         state_sums.append([checksum(device_state(node)) for node in model.nodes])
-    if mode == "adapt":
-      model.commit(y)
   logits = np.stack(logits).astype(np.int8) if logits else np.zeros((0, 0), np.int8)
   return ExpectedOutputs(
       logits=logits,

@@ -377,220 +377,6 @@ static PyObject* py_state_reset(PyObject* self, PyObject* args) {
   Py_RETURN_NONE;
 }
 
-/* image_moments(x, pending): each image's (mean, variance), pending float32
- * [2 * N * C] (class-balanced statistics). */
-static PyObject* prepared_image_moments(Prepared* p, PyObject* args) {
-  PyObject *ox, *op;
-  Buf pending;
-  Call k;
-  int status;
-  const char* msg = NULL;
-  if (!PyArg_ParseTuple(args, "OO", &ox, &op)) return NULL;
-  if (p->scratch == NULL) { /* init failed (or never ran): c may be 0 */
-    PyErr_SetString(PyExc_ValueError, "Prepared is not initialized");
-    return NULL;
-  }
-  memset(&k, 0, sizeof(k));
-  if (get_buf(ox, &k.x, 0, 'b', 1, -1, "x")) return NULL;
-  if (k.x.view.ndim < 2 || k.x.view.shape[k.x.view.ndim - 1] != p->c ||
-      k.x.view.shape[0] < 1) {
-    release(&k.x);
-    PyErr_Format(PyExc_ValueError, "x must be [N, ..., C] with C = %d", (int)p->c);
-    return NULL;
-  }
-  k.n = (int32_t)k.x.view.shape[0];
-  k.hw = (int32_t)(k.x.view.len / ((Py_ssize_t)k.n * p->c));
-  if (get_buf(op, &pending, 1, 'f', 4, 2 * (Py_ssize_t)k.n * p->c, "pending")) {
-    release(&k.x);
-    return NULL;
-  }
-  status = forge_recalib_image_moments((const int8_t*)k.x.view.buf, k.n, k.hw, p->c,
-                                       &p->quant, (float*)pending.view.buf,
-                                       p->scratch, p->scratch_bytes, &msg);
-  release(&k.x);
-  release(&pending);
-  if (status != FORGE_RECALIB_OK) return raise_status(status, msg);
-  Py_RETURN_NONE;
-}
-
-/* classes_commit(pending, labels, class_state): labels int32 [N]. */
-static PyObject* prepared_classes_commit(Prepared* p, PyObject* args) {
-  PyObject *op, *ol, *os;
-  Buf pending, labels, cs;
-  Py_ssize_t n;
-  int status;
-  const char* msg = NULL;
-  if (!PyArg_ParseTuple(args, "OOO", &op, &ol, &os)) return NULL;
-  if (get_buf(ol, &labels, 0, 'i', 4, -1, "labels")) return NULL;
-  n = labels.view.len / 4;
-  if (get_buf(op, &pending, 0, 'f', 4, 2 * n * p->c, "pending")) {
-    release(&labels);
-    return NULL;
-  }
-  if (get_buf(os, &cs, 1, 'f', 4,
-              (Py_ssize_t)forge_recalib_class_floats(p->c, p->opts.classes),
-              "class_state")) {
-    release(&labels);
-    release(&pending);
-    return NULL;
-  }
-  status = forge_recalib_classes_commit(
-      (const float*)pending.view.buf, (const int32_t*)labels.view.buf,
-      n > FORGE_RECALIB_MAX_M ? 0 : (int32_t)n, p->c, &p->opts,
-      (float*)cs.view.buf, &msg);
-  release(&labels);
-  release(&pending);
-  release(&cs);
-  if (status != FORGE_RECALIB_OK) return raise_status(status, msg);
-  Py_RETURN_NONE;
-}
-
-/* logits int8 [N, K] with K = the op's classes: the buffer and N; nonzero (an
- * exception set, nothing held) when it is not. */
-static int get_logits(const Prepared* p, PyObject* ol, Buf* logits, Py_ssize_t* n) {
-  if (get_buf(ol, logits, 0, 'b', 1, -1, "logits")) return -1;
-  *n = logits->view.len / p->opts.classes;
-  if (*n * p->opts.classes != logits->view.len) {
-    release(logits);
-    PyErr_SetString(PyExc_ValueError, "logits must be int8 [N, K] with K = classes");
-    return -1;
-  }
-  return 0;
-}
-
-/* classes_commit_s8(pending, logits, class_state): logits int8 [N, K], each
- * image's label by the op's class_margin (SPEC "Labels"). */
-static PyObject* prepared_classes_commit_s8(Prepared* p, PyObject* args) {
-  PyObject *op, *ol, *os;
-  Buf pending, logits, cs;
-  Py_ssize_t n;
-  int status;
-  const char* msg = NULL;
-  if (!PyArg_ParseTuple(args, "OOO", &op, &ol, &os)) return NULL;
-  if (p->opts.classes < 1) {
-    PyErr_SetString(PyExc_ValueError, "class commit without the classes option");
-    return NULL;
-  }
-  if (get_logits(p, ol, &logits, &n)) return NULL;
-  if (get_buf(op, &pending, 0, 'f', 4, 2 * n * p->c, "pending")) {
-    release(&logits);
-    return NULL;
-  }
-  if (get_buf(os, &cs, 1, 'f', 4,
-              (Py_ssize_t)forge_recalib_class_floats(p->c, p->opts.classes),
-              "class_state")) {
-    release(&logits);
-    release(&pending);
-    return NULL;
-  }
-  status = forge_recalib_classes_commit_s8(
-      (const float*)pending.view.buf, (const int8_t*)logits.view.buf,
-      n > FORGE_RECALIB_MAX_M ? 0 : (int32_t)n, p->c, &p->opts,
-      (float*)cs.view.buf, &msg);
-  release(&logits);
-  release(&pending);
-  release(&cs);
-  if (status != FORGE_RECALIB_OK) return raise_status(status, msg);
-  Py_RETURN_NONE;
-}
-
-/* Class-balanced statistics of a node: reset (mixture=0) or mixture (1). */
-static PyObject* classes_call(PyObject* args, int mixture) {
-  PyObject *ob, *og, *oo, *os, *ot = NULL;
-  Buf b, g, o, cs, st;
-  Py_ssize_t c, k;
-  int status = FORGE_RECALIB_OK;
-  const char* msg = NULL;
-  if (!PyArg_ParseTuple(args, mixture ? "OOOOO" : "OOOO", &ob, &og, &oo, &os, &ot)) {
-    return NULL;
-  }
-  memset(&st, 0, sizeof(st));
-  if (get_buf(ob, &b, 0, 'f', 4, -1, "beta")) return NULL;
-  c = b.view.len / 4;
-  if (get_buf(og, &g, 0, 'f', 4, c, "gamma_abs")) {
-    release(&b);
-    return NULL;
-  }
-  if (get_buf(oo, &o, 0, 'f', 4, -1, "offsets")) {
-    release(&b);
-    release(&g);
-    return NULL;
-  }
-  k = c > 0 ? o.view.len / 4 / c : 0;
-  if (c < 1 || c > FORGE_RECALIB_MAX_C || k * c * 4 != o.view.len ||
-      k < 2 || k > FORGE_RECALIB_MAX_CLASSES) {
-    PyErr_SetString(PyExc_ValueError, "offsets must be [K, C] with K in [2, 256]");
-    release(&b);
-    release(&g);
-    release(&o);
-    return NULL;
-  }
-  if (get_buf(os, &cs, 1, 'f', 4,
-              (Py_ssize_t)forge_recalib_class_floats((int32_t)c, (int32_t)k),
-              "class_state") ||
-      (mixture && get_buf(ot, &st, 1, 'f', 4, 2 * c, "state"))) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bad buffer");
-    release(&b);
-    release(&g);
-    release(&o);
-    release(&cs);
-    return NULL;
-  }
-  if (mixture) {
-    forge_recalib_classes_mixture((const float*)b.view.buf, (const float*)g.view.buf,
-                                  (const float*)o.view.buf, (int32_t)c, (int32_t)k,
-                                  (float*)cs.view.buf, (float*)st.view.buf);
-  } else {
-    status = forge_recalib_classes_reset((const float*)b.view.buf,
-                                         (const float*)g.view.buf,
-                                         (const float*)o.view.buf, (int32_t)c,
-                                         (int32_t)k, (float*)cs.view.buf, &msg);
-  }
-  release(&b);
-  release(&g);
-  release(&o);
-  release(&cs);
-  release(&st);
-  if (status != FORGE_RECALIB_OK) return raise_status(status, msg);
-  Py_RETURN_NONE;
-}
-
-static PyObject* py_classes_reset(PyObject* self, PyObject* args) {
-  (void)self;
-  return classes_call(args, 0);
-}
-
-static PyObject* py_classes_mixture(PyObject* self, PyObject* args) {
-  (void)self;
-  return classes_call(args, 1);
-}
-
-static PyObject* py_class_labels_s8(PyObject* self, PyObject* args) {
-  PyObject* ox;
-  PyObject* out;
-  Buf x;
-  Py_ssize_t k, n, i;
-  int margin;
-  (void)self;
-  if (!PyArg_ParseTuple(args, "Oi", &ox, &margin)) return NULL;
-  if (get_buf(ox, &x, 0, 'b', 1, -1, "logits")) return NULL;
-  if (x.view.ndim != 2 || x.view.shape[1] < 1 || x.view.shape[1] > INT32_MAX) {
-    release(&x);
-    PyErr_SetString(PyExc_ValueError, "logits must be int8 [N, K]");
-    return NULL;
-  }
-  n = x.view.shape[0];
-  k = x.view.shape[1];
-  out = PyList_New(n);
-  for (i = 0; out != NULL && i < n; ++i) {
-    PyList_SET_ITEM(out, i, PyLong_FromLong(forge_recalib_class_label_s8(
-                                (const int8_t*)x.view.buf + i * k, (int32_t)k,
-                                (int32_t)margin)));
-  }
-  release(&x);
-  return out;
-}
-
 /* int_state_reset(state): the integer arithmetic's reset values, state int32 [2C]. */
 static PyObject* prepared_int_state_reset(Prepared* p, PyObject* args) {
   PyObject* os;
@@ -634,12 +420,6 @@ static PyMethodDef kPreparedMethods[] = {
     {"run", (PyCFunction)prepared_run, METH_VARARGS,
      "run(x, y, state, mode[, path[, variant]]): one invocation; y may be x."
      " variant: 0 host (default), 1 ansi, 2 host capped at AVX2"},
-    {"image_moments", (PyCFunction)prepared_image_moments, METH_VARARGS,
-     "image_moments(x, pending): per-image (mean, variance) [2, N, C]"},
-    {"classes_commit", (PyCFunction)prepared_classes_commit, METH_VARARGS,
-     "classes_commit(pending, labels, class_state): labels int32 [N]"},
-    {"classes_commit_s8", (PyCFunction)prepared_classes_commit_s8, METH_VARARGS,
-     "classes_commit_s8(pending, logits, class_state): logits int8 [N, K]"},
     {"int_state_reset", (PyCFunction)prepared_int_state_reset, METH_VARARGS,
      "int_state_reset(state): the integer arithmetic's reset state, int32 [2C]"},
     {"bench", (PyCFunction)prepared_bench, METH_VARARGS,
@@ -668,19 +448,11 @@ static PyTypeObject kPreparedType = {
 };
 
 static PyObject* py_scratch_bytes(PyObject* self, PyObject* args) {
-  int c, k = 0;
+  int c;
   (void)self;
-  if (!PyArg_ParseTuple(args, "i|i", &c, &k)) return NULL;
-  const Py_ssize_t mixture = (Py_ssize_t)forge_recalib_scratch_bytes_mixture(c, k);
-  return Py_BuildValue("(nn)", (Py_ssize_t)forge_recalib_scratch_bytes_affine(c) + mixture,
-                       (Py_ssize_t)forge_recalib_scratch_bytes(c) + mixture);
-}
-
-static PyObject* py_state_floats(PyObject* self, PyObject* args) {
-  int c, k, n;
-  (void)self;
-  if (!PyArg_ParseTuple(args, "iii", &c, &k, &n)) return NULL;
-  return PyLong_FromSize_t(forge_recalib_state_floats(c, k, n));
+  if (!PyArg_ParseTuple(args, "i", &c)) return NULL;
+  return Py_BuildValue("(nn)", (Py_ssize_t)forge_recalib_scratch_bytes_affine(c),
+                       (Py_ssize_t)forge_recalib_scratch_bytes(c));
 }
 
 static PyMethodDef kMethods[] = {
@@ -688,19 +460,8 @@ static PyMethodDef kMethods[] = {
      "bench_memcpy(dst, src, reps) -> total ns (after 1 warm-up)"},
     {"state_reset", py_state_reset, METH_VARARGS,
      "state_reset(beta, gamma_abs, state)"},
-    {"classes_reset", py_classes_reset, METH_VARARGS,
-     "classes_reset(beta, gamma_abs, offsets, class_state)"},
-    {"classes_mixture", py_classes_mixture, METH_VARARGS,
-     "classes_mixture(beta, gamma_abs, offsets, class_state, mixture): the class"
-     " mixture (mu, var) into mixture [2 C]"},
-    {"class_labels_s8", py_class_labels_s8, METH_VARARGS,
-     "class_labels_s8(logits [N, K] int8, margin) -> list of labels (the argmax,"
-     " lowest index on ties, when it leads by >= margin, else -1)"},
     {"scratch_bytes", py_scratch_bytes, METH_VARARGS,
-     "scratch_bytes(c, classes=0) -> (affine_bytes, any_path_bytes), the class"
-     " mixture's included"},
-    {"state_floats", py_state_floats, METH_VARARGS,
-     "state_floats(c, classes, batch) -> floats of an op's state block"},
+     "scratch_bytes(c) -> (affine_bytes, any_path_bytes)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef kModule = {PyModuleDef_HEAD_INIT,
@@ -768,7 +529,6 @@ PyMODINIT_FUNC PyInit__forge_recalib_core(void) {
       add_object(m, "DEFAULT_EPS", PyFloat_FromDouble(FORGE_RECALIB_DEFAULT_EPS)) != 0 ||
       PyModule_AddIntConstant(m, "MAX_M", FORGE_RECALIB_MAX_M) != 0 ||
       PyModule_AddIntConstant(m, "MAX_C", FORGE_RECALIB_MAX_C) != 0 ||
-      PyModule_AddIntConstant(m, "MAX_CLASSES", FORGE_RECALIB_MAX_CLASSES) != 0 ||
       PyModule_AddIntConstant(m, "MAX_OPTIONS_BYTES",
                               FORGE_RECALIB_MAX_OPTIONS_BYTES) != 0 ||
       /* Arena accounting per node on 32-bit TFLM (forge_recalib.h). */

@@ -1,8 +1,7 @@
 """What one FORGE_RECALIB node costs in a TFLite-Micro arena on a 32-bit target.
 
 Every figure comes from the C side (forge_recalib.h through the binding): the state
-block (forge_recalib_state_floats: 8 B per channel, with K classes and a batch of N
-8 + 8 K + 8 N B per channel), the kernel's op data and
+block (8 B per channel: float32 [mu, var]), the kernel's op data and
 TFLM's per-node bookkeeping (both checked against the real struct layouts by a
 static_assert in every 32-bit build of the kernel), and the scratch the core asks for. Measured arenas per target are in
 benchmarks/results/mcu_memory.md (benchmarks/bench_mcu_memory.py).
@@ -14,13 +13,12 @@ import dataclasses
 
 from forge_tflm.ops.options import core
 
-OFFSET_BYTES_PER_CHANNEL_PER_CLASS = 4  # float32 [K, C] constant (flash).
-_FLOAT = 4
+STATE_BYTES_PER_CHANNEL = 8  # float32 [mu, var] (SPEC "State").
 
 
-def state_bytes(channels: int, classes: int = 0, batch: int = 1) -> int:
+def state_bytes(channels: int) -> int:
   """SRAM bytes of one op's state block (the kernel's allocation)."""
-  return _FLOAT * core().state_floats(channels, classes, batch)
+  return STATE_BYTES_PER_CHANNEL * channels
 
 
 def _aligned(n: int) -> int:
@@ -36,25 +34,17 @@ class NodeMemory:
   16-byte buffer alignment in the arena); tflm_node: TFLM's NodeAndRegistration, the
   TfLiteEvalTensors of y, beta and gamma_abs and a scratch handle; scratch_*:
   non-persistent, shared with every other op's (it adds to the arena only if it
-  exceeds the model's peak); the table path needs scratch_table. Class-balanced nodes
-  need 8 B per channel more scratch for the class mixture.
+  exceeds the model's peak); the table path needs scratch_table.
   """
   channels: int
-  classes: int = 0  # K of class-balanced statistics; 0: off.
-  batch: int = 1    # Images per invocation (pending moments); a device runs 1.
 
   @property
   def state_per_channel(self) -> int:
-    """SRAM bytes of state per channel: 8, or with K classes 8 + 8 K + 8 N."""
-    return state_bytes(1, self.classes, self.batch)
+    return STATE_BYTES_PER_CHANNEL
 
   @property
   def state(self) -> int:
-    return state_bytes(self.channels, self.classes, self.batch)
-
-  @property
-  def offsets_flash(self) -> int:
-    return OFFSET_BYTES_PER_CHANNEL_PER_CLASS * self.classes * self.channels
+    return state_bytes(self.channels)
 
   @property
   def op_data(self) -> int:
@@ -71,18 +61,15 @@ class NodeMemory:
 
   @property
   def scratch_affine(self) -> int:
-    return core().scratch_bytes(self.channels, self.classes)[0]
+    return core().scratch_bytes(self.channels)[0]
 
   @property
   def scratch_table(self) -> int:
-    return core().scratch_bytes(self.channels, self.classes)[1]
+    return core().scratch_bytes(self.channels)[1]
 
   def to_json(self) -> dict:
-    out = {"state_bytes": self.state, "state_bytes_per_channel": self.state_per_channel}
-    if self.classes:
-      out.update(classes=self.classes, batch=self.batch,
-                 class_offsets_bytes_flash=self.offsets_flash)
-    return out | {"op_data_bytes_32bit": self.op_data,
+    return {"state_bytes": self.state, "state_bytes_per_channel": self.state_per_channel,
+            "op_data_bytes_32bit": self.op_data,
             "tflm_node_bytes_32bit": self.tflm_node,
             "arena_bytes_32bit": self.persistent_arena,
             "scratch_bytes": self.scratch_table, "scratch_bytes_affine": self.scratch_affine}

@@ -30,7 +30,6 @@ def core():
 _CORE = core()
 
 MAX_OPTIONS_BYTES = _CORE.MAX_OPTIONS_BYTES
-MAX_CLASSES = _CORE.MAX_CLASSES
 DEFAULT_EPS = float(np.float32(_CORE.DEFAULT_EPS))
 VARIANCES: tuple[str, ...] = _CORE.VARIANCES
 ARITHMETICS: tuple[str, ...] = _CORE.ARITHMETICS
@@ -121,13 +120,6 @@ class RecalibOptions:
   activation: str = "none"
   variance: str = dataclasses.field(
       default="running", metadata=_help(f"Variance estimator: {', '.join(VARIANCES)}."))
-  # Class-balanced statistics over K classes (SPEC "Class-balanced statistics"); None
-  # (0 in the C struct): off. Set by the converter with the class offsets it measured.
-  classes: int | None = None
-  # With classes: an image enters its predicted class only when its top int8 logit
-  # leads the next by at least this many output quantization steps (SPEC "Labels");
-  # None (0 in the C struct): every image's argmax enters. Set by the converter.
-  class_margin: int | None = None
   # SPEC "Integer arithmetic": "int" runs the op in fixed point (no float operation);
   # None (the C default, "float"): the float32 SPEC.
   arithmetic: str | None = dataclasses.field(
@@ -168,36 +160,12 @@ class RecalibOptions:
     if self.variance not in VARIANCES:
       raise ValueError(f"unknown variance estimator {self.variance!r} (one of"
                        f" {', '.join(VARIANCES)})")
-    if self.classes is not None:
-      if not isinstance(self.classes, numbers.Integral) or isinstance(
-          self.classes, (bool, np.bool_)):
-        raise ValueError("classes must be an integer")
-      if self.classes == 0:  # The C default: off.
-        object.__setattr__(self, "classes", None)
-      elif not 2 <= int(self.classes) <= MAX_CLASSES:
-        raise ValueError(f"classes must be 0 (off) or in [2, {MAX_CLASSES}]")
-      else:
-        object.__setattr__(self, "classes", int(self.classes))
-    if self.class_margin is not None:
-      if not isinstance(self.class_margin, numbers.Integral) or isinstance(
-          self.class_margin, (bool, np.bool_)):
-        raise ValueError("class_margin must be an integer")
-      if not 0 <= int(self.class_margin) <= 255:
-        raise ValueError("class_margin must be in [0, 255]")
-      if self.class_margin == 0:  # The C default: every argmax enters.
-        object.__setattr__(self, "class_margin", None)
-      elif self.classes is None:
-        raise ValueError("class_margin needs classes")
-      else:
-        object.__setattr__(self, "class_margin", int(self.class_margin))
     if self.arithmetic is not None:
       if self.arithmetic not in ARITHMETICS:
         raise ValueError(f"unknown arithmetic {self.arithmetic!r} (one of"
                          f" {', '.join(ARITHMETICS)})")
       if self.arithmetic == ARITHMETICS[0]:  # The C default: float.
         object.__setattr__(self, "arithmetic", None)
-      elif self.classes is not None:
-        raise ValueError("arithmetic int does not support classes")
     if self.label_safe is not None:
       if self.label_safe not in (0, 1) or isinstance(self.label_safe, float):
         raise ValueError("label_safe must be 0 or 1")
@@ -211,13 +179,6 @@ class RecalibOptions:
   @property
   def use_window(self) -> bool:
     return self.window is not None
-
-  def class_rate(self) -> np.float32:
-    """Per-image rate of a class's statistics: min(1, K / W) or min(1, K * momentum)."""
-    k = np.float32(self.classes)
-    r = k / np.float32(self.window) if self.window is not None else k * np.float32(
-        self.momentum)
-    return min(np.float32(r), np.float32(1.0))
 
   def momentum_at(self, batch: int) -> np.float32:
     """The EMA rate for a batch of `batch` images (SPEC step 3)."""

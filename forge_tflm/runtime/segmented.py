@@ -279,8 +279,7 @@ class SegmentedModel:
     spec = model_check.forge_node(model, i, self.source)
     node = ForgeNode(name=self._site_names.get(i, f"{tg.FORGE_RECALIB}@{i}"), op_index=i,
                      input=spec.input, output=spec.output,
-                     op=RecalibOp(spec.options, spec.quant, spec.beta, spec.gamma_abs,
-                                  offsets=spec.offsets))
+                     op=RecalibOp(spec.options, spec.quant, spec.beta, spec.gamma_abs))
     self.nodes.append(node)
     return node
 
@@ -302,29 +301,6 @@ class SegmentedModel:
     """Restores every FORGE node to its clean targets (start of a stream)."""
     for node in self.nodes:
       node.state.reset()
-
-  @property
-  def class_balanced(self) -> bool:
-    """Some site keeps class-balanced statistics: each adapt or adapt_safe run() must be
-    followed by commit() with the predictions (SPEC "Class-balanced statistics")."""
-    return any(n.op.class_balanced for n in self.nodes)
-
-  def commit(self, y: np.ndarray) -> None:
-    """The deferred class update after an adapting run(): y is that run's int8 output
-    [N, K]; at every class-balanced site each image enters its predicted class when
-    the prediction leads by the site's class_margin (SPEC "Labels"; a device passes
-    the same output to ForgeRecalibControl::CommitOutput). A no-op for other sites
-    and when nothing is pending."""
-    if not self.class_balanced:
-      return
-    logits = np.asarray(y).reshape(len(y), -1)
-    for node in self.nodes:
-      if node.op.class_balanced:
-        if logits.shape[1] != node.op.options.classes:
-          raise ValueError(f"{self.source}: FORGE node {node.name} keeps statistics for"
-                           f" {node.op.options.classes} classes but the model's output"
-                           f" has {logits.shape[1]} values per image")
-        node.op.commit_output(logits)
 
   def get_state(self) -> list[np.ndarray]:
     return [n.state.data.copy() for n in self.nodes]
@@ -393,15 +369,12 @@ class SegmentedModel:
       detail = detail[:297] + "..."
     return ValueError(f"{self.source}: LiteRT {what} {seg.label}: {detail}")
 
-  def run(self, x: np.ndarray, mode: str = ADAPT, commit: bool = True) -> np.ndarray:
+  def run(self, x: np.ndarray, mode: str = ADAPT) -> np.ndarray:
     """Runs a batch of int8 inputs [N, ...]; returns the int8 output.
 
     mode: "adapt" updates FORGE state; "frozen" normalizes with the current state;
     "source" with the clean targets, leaving the state as it is; "adapt_safe" adapts
-    the label-safe sites and runs the others in source mode. Class-balanced sites
-    get this run's predictions after an adapt run (commit), as a device app does
-    after its Invoke; commit=False leaves that to the caller (a device applies it at
-    the op's next invocation, so its state between invocations is the uncommitted one).
+    the label-safe sites and runs the others in source mode.
     """
     if mode not in (ADAPT, FROZEN, SOURCE, ADAPT_SAFE):
       raise ValueError(f"mode must be {ADAPT!r}, {FROZEN!r}, {SOURCE!r} or {ADAPT_SAFE!r},"
@@ -438,8 +411,6 @@ class SegmentedModel:
       y = np.array(values[self._graph_outputs[0]])  # Own copy for the caller.
     finally:
       values.clear()  # Drop the views before any segment can run again.
-    if mode in (ADAPT, ADAPT_SAFE) and commit:
-      self.commit(y)
     return y
 
   def _run_forge(self, k: int, node: ForgeNode, values: dict, written: dict,

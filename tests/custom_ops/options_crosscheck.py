@@ -144,7 +144,7 @@ _INTS = [0, 1, 2, 3, 8, 10, 31, 32, 33, 64, 100, 255, 256, 257, 2**24, 2**24 + 1
          2**31 - 1, 2**31, 2**32, -1, -5, -2**31, 2**63 - 1]
 _STRINGS = ["none", "relu", "relu6", "batch", "running", "", "RELU", "relu1", "train",
             "none\x00", "momentum"]
-_UNKNOWN_KEYS = ["momentun", "extra", "", "classes_", "Window", "class_guard"]
+_UNKNOWN_KEYS = ["momentun", "extra", "", "classes", "Window", "class_margin"]
 
 
 def _field_kinds() -> dict[str, str]:
@@ -153,8 +153,7 @@ def _field_kinds() -> dict[str, str]:
 
 # Valid values of each field (half the time one of these: a valid map is then likely).
 _VALID = {"momentum": [0.0, 0.1, 1.0, 0.01], "window": [1, 8, 64, 640, 2**31 - 1],
-          "eps": [1e-5, 1e-3, 1e-45, 3.4e38], "classes": [0, 2, 10, 256],
-          "class_margin": [0, 1, 3, 255]}
+          "eps": [1e-5, 1e-3, 1e-45, 3.4e38], "label_safe": [0, 1]}
 
 
 def _value_for(rng, key: str, kind: str):
@@ -260,11 +259,8 @@ def seed_options() -> list[ops.RecalibOptions]:
           ops.RecalibOptions(window=1), ops.RecalibOptions(window=2**31 - 1),
           ops.RecalibOptions(momentum=1 / 3, eps=1e-45),
           ops.RecalibOptions(momentum=0.5, eps=3.4e38)]
-  for k in (2, 10, op_options.MAX_CLASSES):
-    out += [ops.RecalibOptions(window=640, classes=k),
-            ops.RecalibOptions(momentum=0.01, classes=k, class_margin=255),
-            ops.RecalibOptions(window=64, activation="relu", classes=k, class_margin=3),
-            ops.RecalibOptions(window=64, variance="batch", classes=k)]
+  out += [ops.RecalibOptions(window=640, label_safe=1),
+          ops.RecalibOptions(momentum=0.01, activation="relu", label_safe=1)]
   return out
 
 

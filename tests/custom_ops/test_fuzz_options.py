@@ -158,19 +158,13 @@ def _semantic_cases():
       (b"", False),
       (b"\x00", False),
       (b"\x00" * 600, False),
-      # The class options: every bound, each type, and the dependence on classes.
-      (_raw([("window", 8), ("classes", 2)]), True),
-      (_raw([("window", 8), ("classes", 0)]), True),
-      (_raw([("window", 8), ("classes", 256), ("class_margin", 255)]), True),
-      (_raw([("window", 8), ("classes", 1)]), False),
-      (_raw([("window", 8), ("classes", 257)]), False),
-      (_raw([("window", 8), ("classes", -2)]), False),
-      (_raw([("window", 8), ("classes", 2.0)]), False),
-      (_raw([("window", 8), ("classes", "2")]), False),
-      (_raw([("window", 8), ("class_margin", 3)]), False),  # needs classes
-      (_raw([("window", 8), ("classes", 4), ("class_margin", 256)]), False),
-      (_raw([("window", 8), ("classes", 4), ("class_margin", -1)]), False),
-      (_raw([("window", 8), ("classes", 10), ("class_guard", 32)]), False),  # removed
+      # label_safe: its bounds and type; the removed class options are unknown keys.
+      (_raw([("window", 8), ("label_safe", 1)]), True),
+      (_raw([("window", 8), ("label_safe", 0)]), True),
+      (_raw([("window", 8), ("label_safe", 2)]), False),
+      (_raw([("window", 8), ("label_safe", 1.0)]), False),
+      (_raw([("window", 8), ("classes", 10)]), False),
+      (_raw([("window", 8), ("class_margin", 3)]), False),
   ]
   # Issue 34: buffers the Python decoder once accepted and the C++ parser refuses.
   cases += [(oc.regression_buffer(what), False) for what in sorted(oc.REGRESSIONS)]

@@ -211,48 +211,30 @@ def test_export_firmware_runs_bit_exact_on_esp32s3(lib, artifacts, tmp_path):
               f"--expected={gen}"]) == 0, text[-2000:]
 
 
-def _classes_artifact() -> str:
-  """forge_classes (every site with class-balanced statistics, the label defence),
-  converted as tests/deploy/test_host_parity.py converts it (same folder, key, lock and
-  options: one conversion for both tests, ~30 s when the host tests have not made it)."""
-  from tests.deploy import test_host_parity as hp
-
-  root = os.path.join(third_party.build_cache(), "deploy_artifacts", hp._converter_hash())
-  path = os.path.join(root, "r20_forge_classes.tflite")
-  with hp._locked(root + ".lock"):
-    if not os.path.exists(path):
-      hp._convert(root, [f"--output={path}", "--class_images=1000", "--class_margin=2"])
-  return path
-
-
-# export-firmware's arena estimate (64-bit persistent bound + 15%) for forge_classes,
-# 302 KB, does not fit beside the code in the S3's SRAM (at most ~305 KB of arena,
-# README); the app needs ~210 KB (arena_used, printed), so the test exports 240 KB.
-GATED_ARENA = {"forge_classes": 240 * 1024}
-
-
-@pytest.mark.parametrize("name", ["forge_all", "forge_classes"])
-def test_export_firmware_gated_runs_bit_exact_on_esp32s3(lib, artifacts, tmp_path, name):
+@pytest.mark.parametrize("order", ["shuffled", "sorted"])
+def test_export_firmware_gated_runs_bit_exact_on_esp32s3(lib, artifacts, tmp_path, order):
   """export-firmware --mode=gated -> the emulated S3 with --gate -> verify-device,
   bit-exact on the 200-image stream: every image's path (source / adapt / frozen), its
   logits and prediction, every FORGE output and state, every gate decision. A short
   probe and period (16 / 40, as test_host_parity's gated tests) so that the stream
-  holds 5 decisions; forge_classes (class-balanced) normalizes with its class mixture
-  where the detector flags."""
+  holds 5 decisions. Sorted by class with every probe deciding "on" (delta -1), the
+  detector flags and the adapting path runs the op's adapt_safe mode on the device."""
   import collections
 
   from forge_tflm import deploy
   from forge_tflm.deploy.export import export_firmware
+  from forge_tflm.evaluation.field_streams import LabelOrder
   from forge_tflm.evaluation.gate import GateConfig
 
-  path = artifacts[name] if name in artifacts else _classes_artifact()
+  name, path = order, artifacts["forge_all"]
   gen = tmp_path / "gen_gated"
   with pytest.MonkeyPatch.context() as mp:
     if "FORGE_TFLM_CACHE" not in os.environ:
       mp.setenv("FORGE_TFLM_CACHE", str(tmp_path / "cache"))
     export_firmware(path, str(gen), data_dir=cm.DATA_DIR, images=N_IMAGES, mode="gated",
-                    gate=GateConfig(probe_images=16, period=40),
-                    arena_bytes=GATED_ARENA.get(name))
+                    gate=GateConfig(probe_images=16, period=40,
+                                    delta=-1.0 if order == "sorted" else None),
+                    label_order=LabelOrder(order, None, 1))
   elf = build_elf(str(gen))
   t0 = time.time()
   text, _ = run_qemu(elf, "--trace=forge --gate")
@@ -262,6 +244,7 @@ def test_export_firmware_gated_runs_bit_exact_on_esp32s3(lib, artifacts, tmp_pat
   assert len(run.paths) == N_IMAGES and len(run.forge_ops) == 21
   from forge_tflm.deploy.export import load_expected
   decisions = load_expected(str(gen))["gate"]["decisions"]  # The evaluator's.
+  assert any(d["correlated"] for d in decisions) is (order == "sorted"), decisions
   assert len(run.gate_decisions) == len(decisions) >= N_IMAGES // 40 + (N_IMAGES % 40 >= 16)
   log = tmp_path / "gated.log"
   log.write_text(text)

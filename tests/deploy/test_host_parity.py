@@ -52,9 +52,7 @@ MODEL = os.path.join(REPO_ROOT, "models", "resnet20_cifar10.keras")
 DATA_DIR = os.path.join(SHARED_DATASETS, "cifar10")
 N_IMAGES = int(os.environ.get("FORGE_TFLM_DEPLOY_IMAGES", "200"))
 TARGETS = ("reference", "esp_nn")
-# forge_classes: every site with class-balanced statistics (the label defence): the
-# app commits each adapt pass's prediction, the evaluator the same.
-ARTIFACTS = ("forge_all", "forge_3", "plain", "forge_classes")
+ARTIFACTS = ("forge_all", "forge_3", "plain")
 TIMINGS: dict[str, float] = {}
 INPUTS: dict[str, str] = {}  # artifact name -> int8 image file (runs fixture)
 
@@ -110,8 +108,7 @@ def artifacts(tmp_path_factory) -> dict[str, str]:
   root = os.path.join(third_party.build_cache(), "deploy_artifacts", _converter_hash())
   paths = {"forge_all": os.path.join(root, "r20_forge_all.tflite"),
            "plain": os.path.join(root, "r20_int8.tflite"),
-           "forge_3": os.path.join(root, "r20_forge_3.tflite"),
-           "forge_classes": os.path.join(root, "r20_forge_classes.tflite")}
+           "forge_3": os.path.join(root, "r20_forge_3.tflite")}
   with _locked(root + ".lock"), _timed("convert"), _dataset_cache(tmp_path_factory):
     os.makedirs(root, exist_ok=True)
     if not (os.path.exists(paths["forge_all"]) and os.path.exists(paths["plain"])):
@@ -121,10 +118,6 @@ def artifacts(tmp_path_factory) -> dict[str, str]:
         sites = [s["name"] for s in json.load(f)["sites"]]
       three = [sites[0], sites[len(sites) // 2], sites[-1]]
       _convert(root, [f"--output={paths['forge_3']}", f"--sites={','.join(three)}"])
-    if not os.path.exists(paths["forge_classes"]):
-      # A small margin: some predictions commit, some do not (both paths of the op).
-      _convert(root, [f"--output={paths['forge_classes']}", "--class_images=1000",
-                      "--class_margin=2"])
   return paths
 
 
@@ -244,7 +237,7 @@ def test_device_matches_evaluator(runs, artifacts, binaries, target, name):
   identical = check_parity(f"{target}/{name}", run, exp,
                            _explainer(binaries[target], artifacts[name], INPUTS[name]))
   assert np.array_equal(run.predictions, np.argmax(run.logits, axis=1))
-  n_forge = {"forge_all": 21, "forge_3": 3, "plain": 0, "forge_classes": 21}[name]
+  n_forge = {"forge_all": 21, "forge_3": 3, "plain": 0}[name]
   # ESP-NN's FULLY_CONNECTED runs unguarded (docs/decisions/esp-nn-fc-guard.md).
   assert "fc_guard" not in run.header, run.header
   assert len(run.forge_ops) == n_forge
@@ -436,37 +429,3 @@ def test_gated_app_matches_evaluator_forge_gated(artifacts, binaries, stream, tm
           f" {exp.paths.count('frozen')} frozen; decisions {[d['on'] for d in exp.decisions]}"
           f" at {[d['image'] % 40 for d in exp.decisions]} into their probes")
   assert set(ends) == {15}
-
-
-def test_gated_class_balanced_app_matches_the_evaluator(artifacts, binaries, stream,
-                                                         tmp_path):
-  """A class-balanced model's gate on the images sorted by class, where the detector
-  flags and the adapting path normalizes with the class mixture (adapt_safe): the same
-  paths, decisions, logits and predictions on the host app as in the evaluator."""
-  from forge_tflm import deploy
-  from forge_tflm.evaluation.gate import GateConfig, host_arguments
-
-  path = artifacts["forge_classes"]
-  x = deploy.model_input(path, stream.images)[np.argsort(stream.labels, kind="stable")]
-  gate = GateConfig(probe_images=16, period=40, delta=-1.0)  # Every probe: on.
-  exp = deploy.expected_gated(path, x, gate)
-  images = deploy.write_image_stream(str(tmp_path / "images.bin"), x)
-  r = subprocess.run([binaries["reference"], path, images, f"--images={N_IMAGES}",
-                      "--trace=none", "--gate"] + host_arguments(gate),
-                     capture_output=True, text=True)
-  assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-  run = deploy.parse_app_output(r.stdout)
-  assert run.ok and run.paths == exp.paths
-  assert [(d["image"], d["on"], d["correlated"]) for d in run.gate_decisions] == \
-      [(d["image"], d["on"], d["correlated"]) for d in exp.decisions]
-  for got, want in zip(run.gate_decisions, exp.decisions):
-    for key in ("score", "agreement", "chance"):
-      assert abs(got[key] - want[key]) <= 1e-6, key
-  np.testing.assert_array_equal(run.logits, exp.logits)
-  np.testing.assert_array_equal(run.predictions, exp.predictions)
-  # Sorted by class, the detector flags: adapting then runs in adapt_safe mode.
-  assert any(d["correlated"] for d in exp.decisions)
-  assert all(d["on"] for d in exp.decisions) and "adapt" in exp.paths
-  print(f"\nforge_classes gated: paths {exp.paths.count('adapt')} adapt, "
-        f"{exp.paths.count('source')} source; decisions {[d['on'] for d in exp.decisions]}"
-        f", correlated {[d['correlated'] for d in exp.decisions]}")

@@ -190,7 +190,7 @@ def test_c_core_valid_raw_call_succeeds():
     core.state_reset(beta, np.array([1, -1, 1], np.float32), state)
 
 
-_MOMENTS_AFTER_FAILED_INIT = """
+_RUN_AFTER_FAILED_INIT = """
 import numpy as np
 from forge_tflm.ops import RecalibOptions, core
 P = core().Prepared
@@ -201,18 +201,19 @@ try:  # Zero channels: init refuses them, leaving the object unprepared (C = 0).
 except ValueError:
   pass
 try:
-  p.image_moments(np.zeros((1, 4, 0), np.int8), np.zeros(0, np.float32))
+  x = np.zeros((1, 4, 0), np.int8)
+  p.run(x, x.copy(), np.zeros(0, np.float32), 0)
 except ValueError as e:
   print(e)
 """
 
 
-def test_image_moments_on_a_failed_prepare_raises_instead_of_sigfpe():
-  """Issue 34: the binding divided by C = 0 (SIGFPE, exit -8) in image_moments."""
+def test_a_call_on_a_failed_prepare_raises_instead_of_sigfpe():
+  """Issue 34: the binding divided by C = 0 (SIGFPE, exit -8) on an unprepared op."""
   import subprocess
   import sys
 
-  result = subprocess.run([sys.executable, "-c", _MOMENTS_AFTER_FAILED_INIT],
+  result = subprocess.run([sys.executable, "-c", _RUN_AFTER_FAILED_INIT],
                           capture_output=True, text=True, timeout=120)
   assert result.returncode == 0, result
   assert result.stdout.strip() == "Prepared is not initialized", result

@@ -145,18 +145,13 @@ def test_int_newton_inverse_sqrt_accuracy():
     assert got == pytest.approx(1 / np.sqrt(int(v) / 4096), rel=5e-9)
 
 
-def test_int_options_refuse_classes_and_round_trip():
-  with pytest.raises(ValueError, match="^arithmetic int does not support classes$"):
-    ops.RecalibOptions(window=8, classes=10, arithmetic="int")
+def test_int_options_round_trip():
   with pytest.raises(ValueError, match="unknown arithmetic"):
     ops.RecalibOptions(window=8, arithmetic="fixed")
   opts = ops.RecalibOptions(window=8, arithmetic="int")
   assert ops.decode_options(ops.encode_options(opts)) == opts
   assert ops.RecalibOptions(window=8, arithmetic="float").arithmetic is None
   assert b"arithmetic" not in ops.encode_options(ops.RecalibOptions(window=8))
-  with pytest.raises(ValueError, match="arithmetic int does not support classes"):
-    from forge_tflm.converter.options import ConvertOptions
-    ConvertOptions(recalib=opts, class_images=100)
 
 
 def test_int_state_format_follows_options():

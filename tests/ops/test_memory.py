@@ -22,8 +22,3 @@ def test_scratch_is_the_cores_request():
   assert m.scratch_affine == 24 * 16 and m.scratch_table == 280 * 16
   j = m.to_json()
   assert j["state_bytes"] == 128 and j["arena_bytes_32bit"] == m.persistent_arena
-
-
-def test_class_balanced_scratch_adds_the_mixture():
-  m = NodeMemory(16, classes=10)
-  assert (m.scratch_affine, m.scratch_table) == (24 * 16 + 128, 280 * 16 + 128)

@@ -242,3 +242,16 @@ def test_label_safe_is_an_option_bit():
     ops.RecalibOptions(window=8, label_safe=2)
   opts = ops.RecalibOptions(window=8, label_safe=1)
   assert ops.decode_options(ops.encode_options(opts)) == opts
+
+
+@pytest.mark.parametrize("key", ["classes", "class_margin"])
+def test_the_removed_class_options_are_unknown(key):
+  """Class-balanced statistics left the op (docs/decisions/class-balanced-statistics.md):
+  their options are unknown keys to the Python decoder and the dataclass alike."""
+  import flatbuffers.flexbuffers as flexbuffers
+
+  raw = bytes(flexbuffers.Dumps({"window": 8, key: 3}))
+  with pytest.raises(ValueError, match="unknown"):
+    ops.decode_options(raw)
+  with pytest.raises(TypeError):
+    ops.RecalibOptions(window=8, **{key: 3})

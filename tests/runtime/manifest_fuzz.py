@@ -2,7 +2,7 @@
 
 The model stays the seed's; only its manifest (`<stem>.json`) is mutated, as a user
 editing the file would: type swaps, deletions, NaN / inf / huge numbers, deep nesting,
-duplicated / reordered / dropped sites, edited channels, classes, options, scales,
+duplicated / reordered / dropped sites, edited channels, label_safe, options, scales,
 tensor names and kinds, unknown fields, duplicated keys and damaged text. Each mutant
 goes through `forge_tflm.artifact.load_manifest` (what `Artifact.load` runs on a
 manifest: strict JSON, the schema, the checks against the model) with the seed model
@@ -10,8 +10,8 @@ validated once per worker; one mutant in FULL_PATH_EVERY also goes through the w
 `Artifact.load` and `SegmentedModel.from_artifact`, which must agree.
 
 Seeds (model + the manifest `convert` would write): artifact_fuzz's "device" and
-"extra" models, and "classes": the device model with class-balanced statistics at two
-FORGE sites (a conv's and a depthwise conv's). Outcomes:
+"extra" models, and "two_sites": the device model with two FORGE sites (a conv's,
+label-safe, and a depthwise conv's). Outcomes:
   rejected     a one-line ArtifactError naming the manifest file;
   ok           accepted, and everything the model states (sizes, quantization, every
                site's operator, channels, options, tensors, kind) and the memory the
@@ -57,16 +57,15 @@ _MUTATOR_P = [0.12, 0.14, 0.14, 0.07, 0.06, 0.1, 0.2, 0.09, 0.03, 0.05]
 # -- seeds ----------------------------------------------------------------------------
 
 
-def seed_model_classes(classes: int = 10, seed: int = 2) -> bytes:
-  """The device seed with class-balanced statistics: its FORGE op gets K = `classes`
-  class offsets, and a second FORGE op (relu moved out of the depthwise conv) follows
-  the depthwise conv."""
+def seed_model_two_sites(seed: int = 2) -> bytes:
+  """The device seed with its FORGE op label-safe, and a second FORGE op (relu moved
+  out of the depthwise conv) following the depthwise conv."""
   from ai_edge_litert import schema_py_generated as schema
 
   from forge_tflm.ops import RecalibOptions, encode_options
 
   rng = np.random.default_rng(seed)
-  m = tg.load_model(af.seed_model(classes=classes))
+  m = tg.load_model(af.seed_model())
   sg = m.subgraphs[0]
 
   def tensor(name, shape, ttype, data=None, like=None):
@@ -76,15 +75,10 @@ def seed_model_classes(classes: int = 10, seed: int = 2) -> bytes:
     sg.tensors.append(t)
     return len(sg.tensors) - 1
 
-  def offsets(name, c):
-    o = rng.normal(0, 0.3, (classes, c)).astype(np.float32)
-    return tensor(name, [classes, c], schema.TensorType.FLOAT32, o - o.mean(0))
-
   forge, dw = sg.operators[1], sg.operators[2]
   c = int(sg.tensors[forge.inputs[0]].shape[-1])
   forge.customOptions = list(encode_options(RecalibOptions(
-      momentum=0.1, activation="relu", classes=classes, class_margin=3)))
-  forge.inputs = list(forge.inputs) + [offsets("bn0/offsets", c)]
+      momentum=0.1, activation="relu", label_safe=1)))
   out = dw.outputs[0]
   pre = tensor("dw/pre", sg.tensors[out].shape, sg.tensors[out].type, like=out)
   sg.tensors[pre].quantization = af._quant(0.05, 0)
@@ -95,17 +89,16 @@ def seed_model_classes(classes: int = 10, seed: int = 2) -> bytes:
   op.inputs = [pre, tensor("bn1/beta", [c], schema.TensorType.FLOAT32,
                            rng.normal(0, 0.5, c).astype(np.float32)),
                tensor("bn1/gamma_abs", [c], schema.TensorType.FLOAT32,
-                      rng.uniform(0.5, 2.0, c).astype(np.float32)),
-               offsets("bn1/offsets", c)]
+                      rng.uniform(0.5, 2.0, c).astype(np.float32))]
   op.customOptions = list(encode_options(RecalibOptions(
-      window=32, activation="relu", variance="batch", classes=classes)))
+      window=32, activation="relu", variance="batch")))
   op.customOptionsFormat = forge.customOptionsFormat
   sg.operators.insert(3, op)
   return tg.save_model(m)
 
 
 SEEDS = {"device": af.seed_model, "extra": af.seed_model_extra,
-         "classes": seed_model_classes}
+         "two_sites": seed_model_two_sites}
 
 
 def seed_manifest(model: bytes) -> dict:
@@ -208,15 +201,14 @@ def _site_edit(rng, site, doc) -> str:
   elif field in ("name", "conv"):
     names = [s.get("name") for s in doc.get("sites", []) if isinstance(s, dict)]
     site[field] = _pick(rng, names + ["", "other", 7, "conv0"])
-  elif field == "classes":
-    if "classes" in options and rng.random() < 0.6:
-      for key in ("classes", "class_margin")[:int(rng.integers(1, 3))]:
-        options.pop(key, None)
-      return "classes stripped"
-    options["classes"] = _pick(rng, [0, 1, 2, 9, 10, 11, 1000, 1001, -1])
+  elif field == "label_safe":
+    if "label_safe" in options and rng.random() < 0.6:
+      options.pop("label_safe")
+      return "label_safe stripped"
+    options["label_safe"] = _pick(rng, [0, 1, 2, -1, True, 1.0])
   elif field == "options":
-    key = _pick(rng, ["momentum", "window", "eps", "activation", "variance", "classes",
-                      "class_margin"])
+    key = _pick(rng, ["momentum", "window", "eps", "activation", "variance",
+                      "label_safe", "classes"])
     if key in options and rng.random() < 0.3:
       del options[key]
       return f"options.{key} deleted"
@@ -226,8 +218,8 @@ def _site_edit(rng, site, doc) -> str:
         "eps": [1e-5, 1e-3, 0.0, -1e-5, 1.0],
         "activation": ["none", "relu", "relu6", "tanh"],
         "variance": ["running", "batch", "welford"],
-        "classes": [0, 2, 10, 11],
-        "class_margin": [0, 3, 4, 255, 256]}[key])
+        "label_safe": [0, 1, 2],
+        "classes": [0, 10]}[key])  # A removed option: an unknown field.
     if key == "momentum" and rng.random() < 0.5:
       options.pop("window", None)
     if key == "window" and rng.random() < 0.5:
@@ -330,7 +322,7 @@ def _text_mutation(rng, text: str) -> tuple[bytes, str]:
                            int(rng.integers(256))])
     return bytes(data), f"byte @{at} set"
   if r < 0.7:  # A key written twice: json would keep the last one silently.
-    key = _pick(rng, ['"channels": ', '"classes": ', '"scale": ', '"op_index": ',
+    key = _pick(rng, ['"channels": ', '"label_safe": ', '"scale": ', '"op_index": ',
                       '"sites": ', '"kind": '])
     at = text.find(key)
     if at >= 0:
@@ -416,7 +408,7 @@ def worker(run_seed: int, indices, workdir: str, out) -> None:
     parsed = check_model(model, stem + ".tflite")
     seeds[name] = (stem, doc, facts(load_manifest(stem + ".json", model, parsed)),
                    lambda p, model=model, parsed=parsed: load_manifest(p, model, parsed))
-  _full_path(seeds["classes"][0])  # Warm up LiteRT.
+  _full_path(seeds["two_sites"][0])  # Warm up LiteRT.
   signal.signal(signal.SIGALRM, signal.SIG_DFL)  # A hang kills the worker.
   for index in indices:
     name = seed_for(index, run_seed)

@@ -2,7 +2,7 @@
 
 10,000 mutants of the seed artifacts' manifests (tests/runtime/manifest_fuzz.py: type
 swaps, deletions, NaN / inf / huge numbers, deep nesting, duplicated / reordered /
-dropped sites, edited channels, classes, options, scales, tensors and kinds, unknown
+dropped sites, edited channels, label_safe, options, scales, tensors and kinds, unknown
 fields, duplicated keys, damaged text), on two workers: every one is accepted with
 exactly what its model states, or refused with one line naming the manifest file;
 no traceback, crash or hang, and no manifest that contradicts its model is accepted.

@@ -2,13 +2,12 @@
 // consumes the options.
 //
 // The input is the custom_options byte string. Parsed options must validate;
-// quantization parameters, targets, class offsets and logits are then drawn
+// quantization parameters and targets are then drawn
 // from a hash of the input (including NaN, +-inf, zero, out-of-range scales
 // and zero points) and the C core runs on heap tensors of exact size, so
 // AddressSanitizer catches any out-of-bounds access: the plain-C path
 // (forge_recalib_s8_ansi_path), the host x86 variant where built
-// (FORGE_RECALIB_X86: forge_recalib_s8_x86_path, bit-exact to ansi) and, with
-// `classes`, the class functions in the order the TFLM kernel calls them.
+// (FORGE_RECALIB_X86: forge_recalib_s8_x86_path, bit-exact to ansi).
 // Invariants violated -> abort().
 //
 // Builds two ways (tests/custom_ops/test_fuzz_options.py does both):
@@ -47,8 +46,6 @@ const size_t kValidZeroPoints = 5;
 const float kTargets[] = {0.0f, -0.0f, 1.0f, 1e-30f, 1099511627776.0f, 1e-45f, 0.25f,
                           -3.0f, -1099511627776.0f, NAN, INFINITY, -INFINITY, 2.2e12f};
 const size_t kValidTargets = 7;
-const float kOffsets[] = {0.0f, 0.5f, -2.0f, 1099511627776.0f, 2.2e12f, NAN};
-const size_t kValidOffsets = 4;
 
 template <typename T, size_t N>
 constexpr size_t Count(const T (&)[N]) { return N; }
@@ -189,80 +186,6 @@ void RunPlain(const Node& d, Picker* pick) {
   free(scratch);
 }
 
-// One adapt, adapt_safe or frozen Eval of a class-balanced node, as the TFLM
-// kernel runs it (adapt_safe: the class mixture, in scratch after the core's).
-void ClassEval(const Node& d, const float* offsets, float* class_state,
-               float* pending, int32_t mode, void* scratch, size_t bytes) {
-  const char* msg = nullptr;
-  float* stats = d.state;
-  int32_t core_mode = mode;
-  if (mode != FORGE_RECALIB_MODE_FROZEN) {
-    Check(forge_recalib_image_moments(d.x, d.n, d.hw, d.c, &d.quant, pending, scratch,
-                                      bytes, &msg) == FORGE_RECALIB_OK,
-          "image moments succeed");
-  }
-  if (mode == FORGE_RECALIB_MODE_ADAPT_SAFE) {
-    stats = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + bytes);
-    forge_recalib_classes_mixture(d.beta, d.gamma, offsets, d.c, d.opts->classes,
-                                  class_state, stats);
-    core_mode = FORGE_RECALIB_MODE_FROZEN;
-  }
-  Check(forge_recalib_s8_ansi(d.x, d.y, d.n, d.hw, d.c, d.beta, d.gamma, stats,
-                              d.opts, &d.quant, core_mode, scratch, bytes,
-                              &msg) == FORGE_RECALIB_OK,
-        "valid class-balanced call succeeds");
-  CheckOutputs(d.y, d.count, stats, d.c, d.quant,
-                 d.opts->arithmetic == FORGE_RECALIB_ARITH_INT);
-}
-
-// The class functions: reset, then adapt_safe and adapt Evals whose labels are
-// committed from int8 logits or from labels, and a frozen Eval.
-void RunClasses(const Node& d, Picker* pick) {
-  const int32_t k = d.opts->classes;
-  float* offsets = new float[static_cast<size_t>(k) * d.c];
-  bool offsets_ok = true;
-  // Mostly all valid, so the class path runs past its reset.
-  const size_t choices = pick->Next(8) ? kValidOffsets : Count(kOffsets);
-  for (size_t i = 0; i < static_cast<size_t>(k) * d.c; ++i) {
-    offsets[i] = kOffsets[pick->Next(static_cast<uint32_t>(choices))];
-    offsets_ok = offsets_ok && fabsf(offsets[i]) <= FORGE_RECALIB_TARGET_MAX;
-  }
-  float* class_state = new float[forge_recalib_class_floats(d.c, k)];
-  float* pending = new float[2 * static_cast<size_t>(d.n) * d.c];
-  int8_t* logits = new int8_t[static_cast<size_t>(d.n) * k];
-  int32_t* labels = new int32_t[d.n];
-  const size_t bytes = forge_recalib_scratch_bytes(d.c);
-  void* scratch = malloc(bytes + forge_recalib_scratch_bytes_mixture(d.c, k));
-  const char* msg = nullptr;
-  const int status = forge_recalib_classes_reset(d.beta, d.gamma, offsets, d.c, k,
-                                                 class_state, &msg);
-  Check((status == FORGE_RECALIB_OK) == offsets_ok,
-        "classes_reset accepts exactly the valid offsets");
-  static const int32_t kModes[] = {FORGE_RECALIB_MODE_ADAPT_SAFE, FORGE_RECALIB_MODE_ADAPT,
-                                   FORGE_RECALIB_MODE_ADAPT_SAFE, FORGE_RECALIB_MODE_FROZEN};
-  for (int step = 0; status == FORGE_RECALIB_OK && step < 4; ++step) {
-    ClassEval(d, offsets, class_state, pending, kModes[step], scratch, bytes);
-    if (kModes[step] == FORGE_RECALIB_MODE_FROZEN) break;
-    for (size_t i = 0; i < static_cast<size_t>(d.n) * k; ++i) {
-      logits[i] = static_cast<int8_t>(static_cast<int32_t>(pick->Next(256)) - 128);
-    }
-    for (int32_t i = 0; i < d.n; ++i) {
-      labels[i] = static_cast<int32_t>(pick->Next(static_cast<uint32_t>(k) + 1)) - 1;
-    }
-    const int r = step == 1 ? forge_recalib_classes_commit(pending, labels, d.n, d.c,
-                                                           d.opts, class_state, &msg)
-                            : forge_recalib_classes_commit_s8(pending, logits, d.n, d.c,
-                                                              d.opts, class_state, &msg);
-    Check(r == FORGE_RECALIB_OK, "class commit succeeds");
-  }
-  free(scratch);
-  delete[] labels;
-  delete[] logits;
-  delete[] pending;
-  delete[] class_state;
-  delete[] offsets;
-}
-
 void RunCore(const forge_recalib_options& opts, Picker* pick) {
   const float s_x = Pick(kScales, kValidScales, pick);
   const float s_y = Pick(kScales, kValidScales, pick);
@@ -313,7 +236,6 @@ void RunCore(const forge_recalib_options& opts, Picker* pick) {
   }
   if (status == FORGE_RECALIB_OK) {
     RunPlain(d, pick);
-    if (opts.classes > 0) RunClasses(d, pick);
   }
   delete[] d.x;
   delete[] d.y;
@@ -341,11 +263,10 @@ void RunRawOptions(const uint8_t* data, size_t size) {
   Check(raw.activation >= 0 && raw.activation <= 2 && raw.variance >= 0 &&
             raw.variance <= 1,
         "validated enums");
-  Check(raw.classes == 0 || (raw.classes >= 2 && raw.classes <= FORGE_RECALIB_MAX_CLASSES),
-        "validated classes");
-  Check(raw.class_margin >= 0 && raw.class_margin <= 255 &&
-            (raw.classes > 0 || raw.class_margin == 0),
-        "validated class options");
+  Check(raw.label_safe == 0 || raw.label_safe == 1, "validated label_safe");
+  Check(forge_recalib_mode_for(&raw, FORGE_RECALIB_MODE_ADAPT_SAFE) ==
+            (raw.label_safe ? FORGE_RECALIB_MODE_ADAPT : FORGE_RECALIB_MODE_SOURCE),
+        "adapt_safe resolves by label_safe");
   ++g_raw_ok;
   Picker pick{Fnv1a(data, size) ^ 0x5bd1e995u};
   RunCore(raw, &pick);

@@ -4,10 +4,9 @@
  *                      quantized (s_x, z_x)
  *          1 beta      float32 [C], constant (clean BN shift)
  *          2 gamma_abs float32 [C], constant (|BN scale|)
- *          3 class_offsets float32 [K, C], constant, with option classes = K
  * Output:  0 y         int8, shape of x, per-tensor quantized (s_y, z_y)
  * Options: flexbuffer map {momentum | window, eps, activation, variance,
- *          classes}.
+ *          arithmetic, label_safe}.
  *
  * Per invocation, M = N * (product of the middle dims) elements per channel c:
  *   adapt mode (statistics of the int8 values q, exact integer sums):
@@ -31,29 +30,19 @@
  *   in Prepare, by the TFLM reset hook (MicroInterpreter::Reset) and at the
  *   first Eval after the interpreter's control asked for it. Targets
  *   beta/gamma_abs stay in flash.
- * Class-balanced statistics (classes = K > 0; SPEC "Class-balanced
- *   statistics"): the state block grows to [mu, var | cmu[K][C], cvar[K][C] |
- *   pmean[N][C], pvar[N][C]] (8 + 8K + 8N bytes/channel). [mu, var] stay the
- *   label-blind statistics of the modes above; an adapt_safe Eval normalizes
- *   with the class mixture (mu = mean_k cmu_k, var = mean_k (cvar_k +
- *   (cmu_k - mu)^2), in scratch) by the core in frozen mode. Adapt and
- *   adapt_safe Evals keep each image's (mean, var) pending; at the op's next
- *   Eval the app's commit (CommitOutput: the label each image's int8 output
- *   gives, argmax leading by class_margin; or CommitLabels) moves them into
- *   their classes at rate min(1, K/W) per image.
  * Controls (per interpreter, no globals): the forge_tflm::ForgeRecalibControl
  *   attached with MicroInterpreter::SetMicroExternalContext, read at every
- *   Eval: mode (adapt / frozen) and reset_generation (an op resets when it
+ *   Eval: mode (adapt / frozen / source / adapt_safe, resolved per op by
+ *   forge_recalib_mode_for) and reset_generation (an op resets when it
  *   differs from the generation it last applied, then records it). No
  *   control attached: adapt, reset only by the reset hook. Another payload
  *   in the slot: Eval fails (it would be misread).
  * Op data (persistent, per node): options, quantization constants, state and
- *   target pointers, shape: FORGE_RECALIB_OP_DATA_BYTES_ILP32 (140 B) on 32-bit
+ *   target pointers, shape: FORGE_RECALIB_OP_DATA_BYTES_ILP32 (120 B) on 32-bit
  *   targets, checked below. Invalid options are logged by Init, which then
  *   allocates nothing and Prepare fails.
  * Scratch (non-persistent arena): forge_recalib_scratch_bytes(C) = 280 B/ch
- *   (stats accumulators, A/B, per-channel 256-entry LUT; class-balanced ops
- *   8 B/ch more for the mixture); define
+ *   (stats accumulators, A/B, per-channel 256-entry LUT); define
  *   FORGE_RECALIB_NO_LUT to request only the 24 B/ch of the affine path.
  *
  * Init parses the options once, Prepare validates tensors and does the
@@ -93,7 +82,6 @@ constexpr bool kFloatArith = !FORGE_RECALIB_INT_ONLY;
 constexpr int kInputX = 0;
 constexpr int kInputBeta = 1;
 constexpr int kInputGamma = 2;
-constexpr int kInputOffsets = 3;
 constexpr int kOutputY = 0;
 
 // Only what Eval and the reset hook need: every node pays for it (an option
@@ -101,21 +89,13 @@ constexpr int kOutputY = 0;
 struct OpData {
   forge_recalib_options opts;
   forge_recalib_quant quant;
-  float* state;             // 2*C floats (+ class state, pending), persistent
+  float* state;             // 2*C floats, persistent
   const float* beta;        // constant tensor data (flatbuffer / flash), for
   const float* gamma_abs;   // the reset hook, which has no node
-  const float* offsets;     // [K][C] with classes = K, else nullptr
   int32_t n, hw, c;
   int scratch_index;
   uint32_t seen_generation;  // control->reset_generation last applied
-  uint32_t seen_labels;      // control->label_generation last applied
-  int32_t pending;           // 1: the last adapt Eval's moments await labels
 };
-
-float* ClassState(OpData* d) { return d->state + 2 * static_cast<size_t>(d->c); }
-float* Pending(OpData* d) {
-  return ClassState(d) + forge_recalib_class_floats(d->c, d->opts.classes);
-}
 
 // Every reset (Prepare, the reset hook, a control request).
 void ResetState(OpData* d, const float* beta, const float* gamma_abs) {
@@ -126,11 +106,6 @@ void ResetState(OpData* d, const float* beta, const float* gamma_abs) {
     return;
   }
   forge_recalib_state_reset(beta, gamma_abs, d->c, d->state, &msg);
-  if (d->opts.classes > 0) {
-    forge_recalib_classes_reset(beta, gamma_abs, d->offsets, d->c,
-                                d->opts.classes, ClassState(d), &msg);
-    d->pending = 0;
-  }
 }
 
 // The manifest's memory figures (forge_tflm.artifact) come from these
@@ -174,11 +149,6 @@ size_t ScratchBytes(int32_t c) {
 #endif
 }
 
-// Class-balanced ops: the class mixture after the core's scratch.
-size_t RequestedScratchBytes(const OpData* d, int32_t c) {
-  return ScratchBytes(c) + forge_recalib_scratch_bytes_mixture(c, d->opts.classes);
-}
-
 // Per-tensor int8 quantization: (scale, zero point) or an error message.
 const char* PerTensorParams(const TfLiteTensor* t, float* scale, int32_t* zero) {
   if (t->quantization.type != kTfLiteAffineQuantization) {
@@ -220,7 +190,7 @@ void* Init(TfLiteContext* context, const char* buffer, size_t length) {
 TfLiteStatus PrepareTensors(TfLiteContext* context, TfLiteNode* node,
                             OpData* data, const TfLiteTensor* x,
                             const TfLiteTensor* beta, const TfLiteTensor* gamma,
-                            const TfLiteTensor* offsets, const TfLiteTensor* y) {
+                            const TfLiteTensor* y) {
   if (x->type != kTfLiteInt8) return Fail("x must be int8");
   if (y->type != kTfLiteInt8) return Fail("y must be int8");
   if (beta->type != kTfLiteFloat32 || gamma->type != kTfLiteFloat32) {
@@ -266,24 +236,11 @@ TfLiteStatus PrepareTensors(TfLiteContext* context, TfLiteNode* node,
       FORGE_RECALIB_OK) {
     return Fail(msg);
   }
-  if (kFloatArith && data->opts.classes > 0) {
-    const int32_t k = data->opts.classes;
-    if (offsets->type != kTfLiteFloat32 || tflite::NumDimensions(offsets) != 2 ||
-        offsets->dims->data[0] != k || offsets->dims->data[1] != c ||
-        !tflite::IsConstantTensor(offsets)) {
-      return Fail("class_offsets must be a float32 constant [K, C]");
-    }
-    data->offsets = tflite::GetTensorData<float>(offsets);
-    if (forge_recalib_check_offsets(data->offsets, c, k, &msg) != FORGE_RECALIB_OK) {
-      return Fail(msg);
-    }
-  }
-  const int32_t old_n = data->n;
   data->n = x->dims->data[0];
   data->hw = static_cast<int32_t>(m / data->n);
-  if (data->state == nullptr || data->c != c || old_n != data->n) {
+  if (data->state == nullptr || data->c != c) {
     data->state = static_cast<float*>(context->AllocatePersistentBuffer(
-        context, sizeof(float) * forge_recalib_state_floats(c, data->opts.classes, data->n)));
+        context, sizeof(float) * 2 * static_cast<size_t>(c)));
     if (data->state == nullptr) return Fail("cannot allocate state");
   }
   data->c = c;
@@ -293,8 +250,7 @@ TfLiteStatus PrepareTensors(TfLiteContext* context, TfLiteNode* node,
   bool foreign;
   const forge_tflm::ForgeRecalibControl* control = GetControl(context, &foreign);
   data->seen_generation = control != nullptr ? control->reset_generation : 0;
-  data->seen_labels = control != nullptr ? control->label_generation : 0;
-  if (context->RequestScratchBufferInArena(context, RequestedScratchBytes(data, c),
+  if (context->RequestScratchBufferInArena(context, ScratchBytes(c),
                                            &data->scratch_index) != kTfLiteOk) {
     return Fail("cannot request scratch buffer");
   }
@@ -307,84 +263,25 @@ TfLiteStatus Prepare(TfLiteContext* context, TfLiteNode* node) {
   if (data == nullptr) {
     return Fail("no op data: invalid options (logged by Init) or arena full");
   }
-  if (tflite::NumInputs(node) != (data->opts.classes > 0 ? 4 : 3)) {
-    return Fail(data->opts.classes > 0
-                    ? "expects 4 inputs (x, beta, gamma_abs, class_offsets)"
-                    : "expects 3 inputs (x, beta, gamma_abs)");
-  }
+  if (tflite::NumInputs(node) != 3) return Fail("expects 3 inputs (x, beta, gamma_abs)");
   if (tflite::NumOutputs(node) != 1) return Fail("expects 1 output");
 
   tflite::MicroContext* micro_context = tflite::GetMicroContext(context);
   TfLiteTensor* x = micro_context->AllocateTempInputTensor(node, kInputX);
   TfLiteTensor* beta = micro_context->AllocateTempInputTensor(node, kInputBeta);
   TfLiteTensor* gamma = micro_context->AllocateTempInputTensor(node, kInputGamma);
-  TfLiteTensor* offsets =
-      data->opts.classes > 0
-          ? micro_context->AllocateTempInputTensor(node, kInputOffsets)
-          : nullptr;
   TfLiteTensor* y = micro_context->AllocateTempOutputTensor(node, kOutputY);
   TfLiteStatus status = kTfLiteError;
-  if (x == nullptr || beta == nullptr || gamma == nullptr || y == nullptr ||
-      (data->opts.classes > 0 && offsets == nullptr)) {
+  if (x == nullptr || beta == nullptr || gamma == nullptr || y == nullptr) {
     status = Fail("missing input or output tensor");
   } else {
-    status = PrepareTensors(context, node, data, x, beta, gamma, offsets, y);
+    status = PrepareTensors(context, node, data, x, beta, gamma, y);
   }
-  if (offsets != nullptr) micro_context->DeallocateTempTfLiteTensor(offsets);
   if (x != nullptr) micro_context->DeallocateTempTfLiteTensor(x);
   if (beta != nullptr) micro_context->DeallocateTempTfLiteTensor(beta);
   if (gamma != nullptr) micro_context->DeallocateTempTfLiteTensor(gamma);
   if (y != nullptr) micro_context->DeallocateTempTfLiteTensor(y);
   return status;
-}
-
-// The labels of the pending images (SPEC "Commit"), once per label generation.
-TfLiteStatus ApplyCommit(OpData* data, const forge_tflm::ForgeRecalibControl* control) {
-  if (data->seen_labels == control->label_generation) return kTfLiteOk;
-  data->seen_labels = control->label_generation;
-  if (!data->pending) return kTfLiteOk;
-  if ((control->labels == nullptr && control->logits == nullptr) ||
-      control->label_count != data->n) {
-    return Fail("a commit needs one label (or output row) per image of the batch");
-  }
-  if (control->labels == nullptr && control->logit_count != data->opts.classes) {
-    return Fail("CommitOutput: the output's class count is not the op's classes");
-  }
-  const char* msg = "";
-  const int status =
-      control->labels != nullptr
-          ? forge_recalib_classes_commit(Pending(data), control->labels, data->n, data->c,
-                                         &data->opts, ClassState(data), &msg)
-          : forge_recalib_classes_commit_s8(Pending(data), control->logits, data->n,
-                                            data->c, &data->opts, ClassState(data), &msg);
-  if (status != FORGE_RECALIB_OK) return Fail(msg);
-  data->pending = 0;
-  return kTfLiteOk;
-}
-
-// SPEC "Class-balanced statistics", before the output is written: the moments of the
-// images that adapt (or use the mixture) wait for their labels; adapt_safe normalizes
-// with the class mixture (in scratch, after the core's), by the core in frozen mode.
-TfLiteStatus ClassStatistics(OpData* data, const float* beta, const float* gamma_abs,
-                             const int8_t* x, void* scratch, int32_t* mode,
-                             float** stats) {
-  if (*mode != FORGE_RECALIB_MODE_ADAPT && *mode != FORGE_RECALIB_MODE_ADAPT_SAFE) {
-    return kTfLiteOk;
-  }
-  const char* msg = "";
-  if (forge_recalib_image_moments(x, data->n, data->hw, data->c, &data->quant,
-                                  Pending(data), scratch, ScratchBytes(data->c),
-                                  &msg) != FORGE_RECALIB_OK) {
-    return Fail(msg);
-  }
-  data->pending = 1;
-  if (*mode == FORGE_RECALIB_MODE_ADAPT_SAFE) {
-    *stats = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + ScratchBytes(data->c));
-    forge_recalib_classes_mixture(beta, gamma_abs, data->offsets, data->c,
-                                  data->opts.classes, ClassState(data), *stats);
-    *mode = FORGE_RECALIB_MODE_FROZEN;
-  }
-  return kTfLiteOk;
 }
 
 TfLiteStatus Eval(TfLiteContext* context, TfLiteNode* node) {
@@ -407,12 +304,9 @@ TfLiteStatus Eval(TfLiteContext* context, TfLiteNode* node) {
     return Fail("the interpreter's external context is not a "
                 "forge_tflm::ForgeRecalibControl");
   }
-  const bool classes = kFloatArith && data->opts.classes > 0;
   int32_t mode = FORGE_RECALIB_MODE_ADAPT;
   if (control != nullptr) {
     mode = forge_recalib_mode_for(&data->opts, control->mode);
-    // Labels committed since the last Eval: the deferred class update first.
-    if (classes && ApplyCommit(data, control) != kTfLiteOk) return kTfLiteError;
     if (data->seen_generation != control->reset_generation) {
       ResetState(data, beta, gamma_abs);
       data->seen_generation = control->reset_generation;
@@ -420,25 +314,19 @@ TfLiteStatus Eval(TfLiteContext* context, TfLiteNode* node) {
   }
   void* scratch = context->GetScratchBuffer(context, data->scratch_index);
   const int8_t* x_data = tflite::micro::GetTensorData<int8_t>(x);
-  int32_t core_mode = mode;
-  float* stats = data->state;
-  if (classes && ClassStatistics(data, beta, gamma_abs, x_data, scratch, &core_mode,
-                                 &stats) != kTfLiteOk) {
-    return kTfLiteError;
-  }
   if (!kFloatArith) {
     const int status = forge_recalib_s8_int(
         x_data, tflite::micro::GetTensorData<int8_t>(y), data->n, data->hw, data->c,
         beta, gamma_abs, reinterpret_cast<int32_t*>(data->state), &data->opts,
-        &data->quant, core_mode, scratch, ScratchBytes(data->c), &msg);
+        &data->quant, mode, scratch, ScratchBytes(data->c), &msg);
     return status == FORGE_RECALIB_OK ? kTfLiteOk : Fail(msg);
   }
   // The best variant this build compiles (forge_recalib.h: the Cortex-M DSP or
   // Helium one when the build defines FORGE_RECALIB_CORTEXM, else ansi).
   const int status = FORGE_RECALIB_S8_TARGET(
       x_data, tflite::micro::GetTensorData<int8_t>(y), data->n, data->hw,
-      data->c, beta, gamma_abs, stats, &data->opts, &data->quant,
-      core_mode, scratch, ScratchBytes(data->c), &msg);
+      data->c, beta, gamma_abs, data->state, &data->opts, &data->quant,
+      mode, scratch, ScratchBytes(data->c), &msg);
   if (status != FORGE_RECALIB_OK) return Fail(msg);
   return kTfLiteOk;
 }
@@ -447,14 +335,10 @@ void Reset(TfLiteContext* context, void* buffer) {
   OpData* data = static_cast<OpData*>(buffer);
   if (data == nullptr || data->state == nullptr) return;  // Not prepared.
   ResetState(data, data->beta, data->gamma_abs);
-  // A pending request is satisfied by this reset too (and labels committed
-  // before it have no images left to move).
+  // A pending request is satisfied by this reset too.
   bool foreign;
   const forge_tflm::ForgeRecalibControl* control = GetControl(context, &foreign);
-  if (control != nullptr) {
-    data->seen_generation = control->reset_generation;
-    data->seen_labels = control->label_generation;
-  }
+  if (control != nullptr) data->seen_generation = control->reset_generation;
 }
 
 }  // namespace

@@ -13,17 +13,8 @@
 //   control.SetMode(FORGE_RECALIB_MODE_SOURCE);  // one pass as the int8 source
 //                    // (clean targets), state kept: the gate's probe
 //   control.SetMode(FORGE_RECALIB_MODE_ADAPT_SAFE);  // while labels look
-//                    // correlated: label-safe ops adapt, class-balanced ops
-//                    // normalize with their class mixture, the others run
-//                    // source mode (SPEC "Adapt-safe mode")
-//   control.CommitOutput(logits, n, k);  // class-balanced ops (option classes):
-//                    // the last adapting Invoke's n images enter the classes each
-//                    // op reads from the int8 output logits[n][K] (SPEC
-//                    // "Labels": the argmax, if it leads by the op's
-//                    // class_margin), applied at each op's next Eval;
-//                    // `logits` must stay valid until then (copy the output)
-//   control.CommitLabels(labels, n);  // or labels of your own (labels[i] in
-//                    // [0, K) or -1), same rules
+//                    // correlated: label-safe ops adapt, the others run
+//                    // source mode (SPEC "Modes")
 //   control.RequestReset();  // every FORGE_RECALIB op of this interpreter
 //                            // restores its clean targets (mu = beta,
 //                            // var = gamma_abs^2) at its next Eval
@@ -60,19 +51,10 @@ struct ForgeRecalibControl {
   // Each op remembers the generation it last applied; a different value
   // means "reset at your next Eval", so one bump reaches every op.
   uint32_t reset_generation = 0;
-  // Class-balanced statistics (SPEC "Commit"): the labels of the last adapting
-  // invocation's images, or its int8 output to take them from (one of the
-  // two is set); an op applies them once, when label_generation differs from
-  // the one it last applied.
-  const int32_t* labels = nullptr;
-  const int8_t* logits = nullptr;
-  int32_t label_count = 0;
-  int32_t logit_count = 0;  // per image (CommitOutput): must be the op's K
-  uint32_t label_generation = 0;
 
   // mode: FORGE_RECALIB_MODE_ADAPT, _FROZEN, _SOURCE or _ADAPT_SAFE
   // (forge_recalib_mode_for: adapt where the op's option label_safe is set, else
-  // the class mixture where it has classes, else source mode); other values
+  // source mode); other values
   // are ignored and return false.
   bool SetMode(int32_t new_mode) {
     if (new_mode < 0 || new_mode >= FORGE_RECALIB_MODE_COUNT) return false;
@@ -80,19 +62,6 @@ struct ForgeRecalibControl {
     return true;
   }
   void RequestReset() { ++reset_generation; }
-  void CommitLabels(const int32_t* new_labels, int32_t count) {
-    labels = new_labels;
-    logits = nullptr;
-    label_count = count;
-    ++label_generation;
-  }
-  void CommitOutput(const int8_t* output, int32_t count, int32_t classes) {
-    labels = nullptr;
-    logits = output;
-    label_count = count;
-    logit_count = classes;
-    ++label_generation;
-  }
 };
 
 // Custom op name in the model: "FORGE_RECALIB".

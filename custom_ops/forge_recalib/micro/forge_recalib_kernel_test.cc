@@ -218,10 +218,9 @@ struct InterpreterFixture {
 // Arena of the FORGE rule cases (static: the largest model needs 8 MiB).
 alignas(16) uint8_t g_rule_arena[9 * 1024 * 1024];
 
-// A class-balanced one-op model (the vectors' kClasses* / kClassMargin*) in an
-// interpreter with a control attached.
-struct ClassFixture {
-  explicit ClassFixture(const uint8_t* model_data)
+// A one-op model (the vectors' kModes*) in an interpreter with a control attached.
+struct ModelFixture {
+  explicit ModelFixture(const uint8_t* model_data)
       : interpreter(tflite::GetModel(model_data), resolver, arena, sizeof(arena)) {}
   bool Start() {
     resolver.AddCustom("FORGE_RECALIB", forge_tflm::Register_FORGE_RECALIB());
@@ -242,6 +241,23 @@ struct ClassFixture {
   tflite::MicroInterpreter interpreter;
   forge_tflm::ForgeRecalibControl control;
 };
+
+// Per step the mode modes[s] on the input's step s, twice (a reset request in
+// between): true when every output matched.
+bool RunModes(ModelFixture* f, const int32_t* modes, const int8_t* input,
+              const int8_t* expected, int steps, int n) {
+  if (!f->Start()) return false;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int s = 0; s < steps; ++s) {
+      if (!f->control.SetMode(modes[s]) ||
+          !f->InvokeAndMatch(input + s * n, expected + s * n, n)) {
+        return false;
+      }
+    }
+    f->control.RequestReset();
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -474,59 +490,20 @@ TF_LITE_MICRO_TEST(InterpreterControlsOnAllCases) {
   }
 }
 
-// Class-balanced statistics (option classes): adapt_safe Invokes (the class
-// mixture) and adapt ones (the label-blind statistics) in turn, with the labels
-// committed through the control in between (applied at the op's next Eval),
-// bit for bit the numpy reference that commits at once; then frozen; then a
-// reset request brings back the clean class state (the first step again).
-TF_LITE_MICRO_TEST(ClassBalancedStreamMatchesReference) {
+// Mode adapt_safe resolved per op (forge_recalib_mode_for): adapt where the
+// option label_safe is set, source mode elsewhere, between adapt, source and
+// frozen Invokes, bit for bit the numpy reference; a reset request then brings
+// back the first step.
+TF_LITE_MICRO_TEST(AdaptSafeModeFollowsLabelSafeAndMatchesReference) {
   namespace v = forge_recalib_test;
-  static ClassFixture f(v::kClassesModel);
-  TF_LITE_MICRO_EXPECT(f.Start());
-  const int n = v::kClassesElements;
-  for (int pass = 0; pass < 2; ++pass) {
-    for (int s = 0; s < v::kClassesSteps; ++s) {
-      f.control.SetMode(v::kClassesModes[s]);
-      TF_LITE_MICRO_EXPECT(f.InvokeAndMatch(v::kClassesInput + s * n,
-                                            v::kClassesExpectedAdapt + s * n, n));
-      f.control.CommitLabels(v::kClassesLabels + s * v::kClassesBatch, v::kClassesBatch);
-    }
-    f.control.SetMode(FORGE_RECALIB_MODE_FROZEN);
-    TF_LITE_MICRO_EXPECT(f.InvokeAndMatch(v::kClassesInput, v::kClassesExpectedFrozen, n));
-    f.control.SetMode(FORGE_RECALIB_MODE_ADAPT);
-    f.control.RequestReset();
-  }
-  // Labels for a different batch size are an error at the next Eval.
-  TF_LITE_MICRO_EXPECT_EQ(kTfLiteOk, f.interpreter.Invoke());
-  f.control.CommitLabels(v::kClassesLabels, v::kClassesBatch + 1);
-  TF_LITE_MICRO_EXPECT_EQ(kTfLiteError, f.interpreter.Invoke());
-}
-
-// Option class_margin: the app commits the model's int8 output
-// (CommitOutput) and the op takes each image's label from it (the argmax when
-// it leads by the margin, else none), bit for bit the numpy reference.
-TF_LITE_MICRO_TEST(ClassMarginCommitsFromTheOutputMatchReference) {
-  namespace v = forge_recalib_test;
-  static ClassFixture f(v::kClassMarginModel);
-  TF_LITE_MICRO_EXPECT(f.Start());
-  const int n = v::kClassMarginElements;
-  for (int s = 0; s < v::kClassMarginSteps; ++s) {
-    f.control.SetMode(v::kClassMarginModes[s]);
-    TF_LITE_MICRO_EXPECT(f.InvokeAndMatch(v::kClassMarginInput + s * n,
-                                          v::kClassMarginExpectedAdapt + s * n, n));
-    f.control.CommitOutput(
-        v::kClassMarginLogits + s * v::kClassMarginBatch * v::kClassMarginClasses,
-        v::kClassMarginBatch, v::kClassMarginClasses);
-  }
-  f.control.SetMode(FORGE_RECALIB_MODE_FROZEN);
-  TF_LITE_MICRO_EXPECT(
-      f.InvokeAndMatch(v::kClassMarginInput, v::kClassMarginExpectedFrozen, n));
-  // An output of another class count is an error at the next Eval.
-  f.control.SetMode(FORGE_RECALIB_MODE_ADAPT);
-  TF_LITE_MICRO_EXPECT_EQ(kTfLiteOk, f.interpreter.Invoke());
-  f.control.CommitOutput(v::kClassMarginLogits, v::kClassMarginBatch,
-                         v::kClassMarginClasses + 1);
-  TF_LITE_MICRO_EXPECT_EQ(kTfLiteError, f.interpreter.Invoke());
+  static ModelFixture safe(v::kModesSafeModel);
+  static ModelFixture unsafe(v::kModesUnsafeModel);
+  TF_LITE_MICRO_EXPECT(RunModes(&safe, v::kModesSafeModes, v::kModesSafeInput,
+                                v::kModesSafeExpected, v::kModesSafeSteps,
+                                v::kModesSafeElements));
+  TF_LITE_MICRO_EXPECT(RunModes(&unsafe, v::kModesUnsafeModes, v::kModesUnsafeInput,
+                                v::kModesUnsafeExpected, v::kModesUnsafeSteps,
+                                v::kModesUnsafeElements));
 }
 
 TF_LITE_MICRO_TEST(TwoInterpretersAdaptAndResetIndependently) {

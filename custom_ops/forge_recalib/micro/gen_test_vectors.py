@@ -101,8 +101,7 @@ _RULE_SHAPE = (1, 4, 4, 5)
 def _rule_model(x_shape=_RULE_SHAPE, y_shape=None, x_type=None, y_type=None,
                 beta_type=None, gamma_type=None, beta_shape=None, gamma_shape=None,
                 beta=None, gamma=None, x_quant=(0.05, -7), y_quant=(0.03, -100),
-                options=b"default", inputs=None, outputs=None,
-                offsets=None) -> bytes:
+                options=b"default", inputs=None, outputs=None) -> bytes:
   from ai_edge_litert import schema_py_generated as schema
 
   from forge_tflm import tflite_graph as tg
@@ -147,14 +146,11 @@ def _rule_model(x_shape=_RULE_SHAPE, y_shape=None, x_type=None, y_type=None,
   x = tensor("x", x_shape, x_type if x_type is not None else t.INT8, quant(x_quant))
   b = tensor("beta", b_shape, b_type, data=b_data)
   g = tensor("gamma_abs", g_shape, g_type, data=g_data)
-  o = None if offsets is None else tensor("class_offsets", np.shape(offsets), t.FLOAT32,
-                                          data=np.asarray(offsets, np.float32))
   y = tensor("y", y_shape or x_shape, y_type if y_type is not None else t.INT8,
              quant(y_quant))
   op = schema.OperatorT()
   op.opcodeIndex = tg.custom_opcode_index(model, "FORGE_RECALIB")
-  op.inputs = list(inputs if inputs is not None else [x, b, g] + ([o] if o is not None
-                                                                  else []))
+  op.inputs = list(inputs if inputs is not None else [x, b, g])
   op.outputs = list(outputs if outputs is not None else [y])
   if options == b"default":
     options = ops.encode_options(ops.RecalibOptions(momentum=0.25, eps=1e-3,
@@ -194,10 +190,6 @@ def rule_cases() -> list[tuple[str, bytes, bool]]:
   nan_beta[2] = np.nan
   neg_gamma = np.ones(c, np.float32)
   neg_gamma[1] = -1.0
-  offsets = np.linspace(-1, 1, 3 * c).reshape(3, c).astype(np.float32)
-  nan_offsets = offsets.copy()
-  nan_offsets[1, 2] = np.nan
-  classes3 = ops.encode_options(ops.RecalibOptions(window=8, classes=3))
   cases = [
       ("valid", {}, True),
       ("valid_rank2", dict(x_shape=(3, c)), True),
@@ -241,20 +233,14 @@ def rule_cases() -> list[tuple[str, bytes, bool]]:
       ("four_inputs", dict(inputs=[0, 1, 2, 2]), False),
       ("beta_input_missing", dict(inputs=[0, -1, 2]), False),
       ("two_outputs", dict(outputs=[3, 3]), False),
-      ("valid_classes", dict(offsets=offsets, options=classes3), True),
-      ("classes_without_offsets", dict(options=classes3), False),
-      ("offsets_without_classes", dict(offsets=offsets), False),
-      ("classes_offsets_k_differs", dict(offsets=offsets[:2], options=classes3), False),
-      ("classes_offsets_nan", dict(offsets=nan_offsets, options=classes3), False),
-      ("options_classes_1", dict(options=_flexbuffer_map(window=8, classes=1)), False),
-      ("valid_class_margin", dict(offsets=offsets, options=_flexbuffer_map(
-          window=8, classes=3, class_margin=255)), True),
-      ("class_margin_without_classes", dict(options=_flexbuffer_map(
+      ("valid_label_safe", dict(options=_flexbuffer_map(window=8, label_safe=1)), True),
+      ("options_label_safe_2", dict(options=_flexbuffer_map(window=8, label_safe=2)),
+       False),
+      # Removed options (class-balanced statistics) are unknown keys.
+      ("options_unknown_classes", dict(options=_flexbuffer_map(window=8, classes=3)),
+       False),
+      ("options_unknown_class_margin", dict(options=_flexbuffer_map(
           window=8, class_margin=5)), False),
-      ("class_margin_256", dict(offsets=offsets, options=_flexbuffer_map(
-          window=8, classes=3, class_margin=256)), False),
-      ("unknown_class_guard", dict(offsets=offsets, options=_flexbuffer_map(
-          window=8, classes=3, class_guard=4096)), False),
   ]
   return [(name, _rule_model(**kwargs), accepted) for name, kwargs, accepted in cases]
 
@@ -288,69 +274,36 @@ def _rule_cases_text() -> str:
   return "".join(out)
 
 
-def _class_model(rng, shape, opts):
-  """(one-op model bytes, RecalibOp on its constants) for class-balanced options: the
-  class offsets drawn around the op's targets, the vectors' fixed quantization."""
+# The modes of a modes case's steps: adapt_safe (adapt where the op is label-safe,
+# source mode elsewhere) between adapt, source and frozen.
+_MODE_STEPS = ("adapt", "adapt_safe", "source", "adapt_safe", "frozen", "adapt")
+
+
+def _modes_case(rng, label_safe: bool) -> str:
+  """A one-op model with option label_safe set or not, per step the mode of
+  _MODE_STEPS; expected outputs from the numpy reference."""
+  shape, steps = (2, 3, 3, 4), len(_MODE_STEPS)
+  opts = ops.RecalibOptions(window=6, activation="relu", label_safe=1 if label_safe else None)
   quant = ops.QuantParams(s_x=0.05, z_x=-7, s_y=0.03, z_y=-100)
-  offsets = rng.normal(0, 0.2, (opts.classes, shape[-1])).astype(np.float32)
   model = _rule_model(x_shape=shape, x_quant=(quant.s_x, quant.z_x),
-                      y_quant=(quant.s_y, quant.z_y), options=ops.encode_options(opts),
-                      offsets=offsets)
+                      y_quant=(quant.s_y, quant.z_y), options=ops.encode_options(opts))
   from forge_tflm.model_check import check_model, forge_node
   spec = forge_node(check_model(model), 0)
-  return model, ops.RecalibOp(opts, quant, spec.beta, spec.gamma_abs, offsets=offsets)
-
-
-# The modes of a class-balanced case's steps: the class mixture (adapt_safe) and the
-# label-blind statistics (adapt) in turn, both committing their images' labels.
-_CLASS_MODES = ("adapt_safe", "adapt", "adapt_safe", "adapt", "adapt", "adapt_safe")
-
-
-def _classes_case(rng, margin: int | None = None) -> str:
-  """A class-balanced stream through a one-op model: per step an adapt or adapt_safe
-  invocation (_CLASS_MODES), then the labels committed (through the control on the
-  device), then one frozen invocation at the end; expected outputs from the numpy
-  reference. With `margin` (option class_margin) the commits are the model's int8
-  outputs instead (logits [N, K], CommitOutput): the op takes the labels from them."""
-  shape, k, steps = (2, 3, 3, 4), 3, len(_CLASS_MODES)
-  opts = ops.RecalibOptions(window=6, classes=k, activation="relu", class_margin=margin)
-  model, node = _class_model(rng, shape, opts)
+  node = ops.RecalibOp(opts, quant, spec.beta, spec.gamma_abs)
   xs = _shifted_batches(rng, shape, steps, shift=-5.0, scale=30.0)
-  if margin is None:
-    labels = rng.integers(-1, k, (steps, shape[0])).astype(np.int32)
-  else:  # Logits: about half the rows lead by 57 (over the margin), the rest at random.
-    labels = rng.integers(-100, 100, (steps, shape[0], k)).astype(np.int8)
-    lead = rng.integers(0, k, (steps, shape[0]))
-    confident = rng.random((steps, shape[0])) < 0.5
-    labels[confident, lead[confident]] = 127
-    labels[confident] = np.minimum(labels[confident], 70)
-    labels[confident, lead[confident]] = 127
-  adapt = []
-  for x, lab, mode in zip(xs, labels, _CLASS_MODES):
-    adapt.append(node.reference(x, mode))
-    if margin is None:
-      node.reference_commit(lab)
-    else:
-      node.reference_commit_output(lab)
-  frozen = node.reference(xs[0], "frozen")
-  p = "kClasses" if margin is None else "kClassMargin"
-  commits = "labels" if margin is None else "logits (CommitOutput)"
-  modes = np.array([ops.MODES.index(m) for m in _CLASS_MODES], np.int32)
+  expected = [node.reference(x, mode) for x, mode in zip(xs, _MODE_STEPS)]
+  p = "kModesSafe" if label_safe else "kModesUnsafe"
+  modes = np.array([ops.MODES.index(m) for m in _MODE_STEPS], np.int32)
   return "".join([
       f"// {p[1:]}: shape {list(shape)}, {opts}, {node.quant}: per step the mode of"
-      f" {p}Modes, commit {commits}, then frozen on step 0's input\n",
+      f" {p}Modes\n",
       f"constexpr int {p}Elements = {int(np.prod(shape))};\n",
-      f"constexpr int {p}Batch = {shape[0]};\n",
       f"constexpr int {p}Steps = {steps};\n",
-      f"constexpr int {p}Classes = {k};\n" if margin is not None else "",
       _c_array("int32_t", f"{p}Modes", modes),
       _c_array("uint8_t", f"{p}Model", np.frombuffer(model, np.uint8), 24).replace(
           "alignas(8)", "alignas(16)"),
       _c_array("int8_t", f"{p}Input", np.stack(xs)),
-      _c_array("int32_t" if margin is None else "int8_t",
-               f"{p}Labels" if margin is None else f"{p}Logits", labels),
-      _c_array("int8_t", f"{p}ExpectedAdapt", np.stack(adapt)),
-      _c_array("int8_t", f"{p}ExpectedFrozen", frozen)])
+      _c_array("int8_t", f"{p}Expected", np.stack(expected))])
 
 
 def generate() -> str:
@@ -381,8 +334,8 @@ def generate() -> str:
          f"#ifndef {HEADER_GUARD}\n#define {HEADER_GUARD}\n\n"
          f"#include <stdint.h>\n\nnamespace forge_recalib_test {{\n\n"]
   out += [c + "\n" for c in cases]
-  out.append(_classes_case(rng) + "\n")
-  out.append(_classes_case(rng, margin=50) + "\n")
+  out.append(_modes_case(rng, label_safe=True) + "\n")
+  out.append(_modes_case(rng, label_safe=False) + "\n")
   for name, data in bad.items():
     out.append(_c_array("uint8_t", f"kBadOptions{name}", np.frombuffer(data, np.uint8)))
   out.append("\n" + _rule_cases_text())

@@ -88,16 +88,13 @@ void forge_recalib_options_default(forge_recalib_options* opts) {
   opts->eps = FORGE_RECALIB_DEFAULT_EPS;
   opts->activation = FORGE_RECALIB_ACT_NONE;
   opts->variance = FORGE_RECALIB_VAR_RUNNING;
-  opts->classes = 0;
-  opts->class_margin = 0;
   opts->arithmetic = FORGE_RECALIB_ARITH_FLOAT;
   opts->label_safe = 0;
 }
 
 int32_t forge_recalib_mode_for(const forge_recalib_options* opts, int32_t mode) {
   if (mode != FORGE_RECALIB_MODE_ADAPT_SAFE || opts == NULL) return mode;
-  if (opts->label_safe) return FORGE_RECALIB_MODE_ADAPT;
-  return opts->classes > 0 ? mode : FORGE_RECALIB_MODE_SOURCE;
+  return opts->label_safe ? FORGE_RECALIB_MODE_ADAPT : FORGE_RECALIB_MODE_SOURCE;
 }
 
 int forge_recalib_validate_options(const forge_recalib_options* opts,
@@ -130,27 +127,12 @@ int forge_recalib_validate_options(const forge_recalib_options* opts,
     return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS,
                    "unknown variance estimator");
   }
-  if (opts->classes != 0 &&
-      !(opts->classes >= 2 && opts->classes <= FORGE_RECALIB_MAX_CLASSES)) {
-    return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS,
-                   "classes must be 0 (off) or in [2, 256]");
-  }
-  if (opts->class_margin < 0 || opts->class_margin > 255) {
-    return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS, "class_margin must be in [0, 255]");
-  }
-  if (opts->class_margin > 0 && opts->classes == 0) {
-    return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS, "class_margin needs classes");
-  }
   if (opts->arithmetic != FORGE_RECALIB_ARITH_FLOAT &&
       opts->arithmetic != FORGE_RECALIB_ARITH_INT) {
     return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS, "unknown arithmetic");
   }
   if (opts->label_safe != 0 && opts->label_safe != 1) {
     return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS, "label_safe must be 0 or 1");
-  }
-  if (opts->arithmetic == FORGE_RECALIB_ARITH_INT && opts->classes != 0) {
-    return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS,
-                   "arithmetic int does not support classes");
   }
   return set_msg(msg, FORGE_RECALIB_OK, "ok");
 }
@@ -290,11 +272,6 @@ size_t forge_recalib_scratch_bytes_affine(int32_t C) {
 size_t forge_recalib_scratch_bytes(int32_t C) {
   if (C < 1 || C > FORGE_RECALIB_MAX_C) return 0;
   return (size_t)280 * (size_t)C;
-}
-
-size_t forge_recalib_scratch_bytes_mixture(int32_t C, int32_t K) {
-  if (C < 1 || C > FORGE_RECALIB_MAX_C || K <= 0) return 0;
-  return 2 * sizeof(float) * (size_t)C;
 }
 
 /* SPEC "Validation": N, HW, N*HW per channel and C in range. */
@@ -537,272 +514,6 @@ static int s8_run(const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
       affine_pass(x, y, M, C, a, b, quant);
   }
   return set_msg(msg, FORGE_RECALIB_OK, "ok");
-}
-
-/* ------------------------------------------- Class-balanced statistics */
-
-size_t forge_recalib_class_floats(int32_t C, int32_t K) {
-  const size_t c = C > 0 ? (size_t)C : 0;
-  if (K <= 0) return 0;
-  return 2 * c * (size_t)K;
-}
-
-size_t forge_recalib_state_floats(int32_t C, int32_t K, int32_t N) {
-  const size_t c = C > 0 ? (size_t)C : 0;
-  if (K <= 0) return 2 * c;
-  return 2 * c * (1 + (N > 0 ? (size_t)N : 0)) + forge_recalib_class_floats(C, K);
-}
-
-int forge_recalib_check_offsets(const float* offsets, int32_t C, int32_t K,
-                                const char** msg) {
-  int64_t i, n;
-  if (offsets == NULL) return set_msg(msg, FORGE_RECALIB_ERR_NULL, "offsets is NULL");
-  if (C < 1 || C > FORGE_RECALIB_MAX_C) {
-    return set_msg(msg, FORGE_RECALIB_ERR_SHAPE,
-                   "channel count must be in [1, 65536]");
-  }
-  if (K < 2 || K > FORGE_RECALIB_MAX_CLASSES) {
-    return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS,
-                   "classes must be 0 (off) or in [2, 256]");
-  }
-  n = (int64_t)K * (int64_t)C;
-  for (i = 0; i < n; ++i) {
-    if (!(offsets[i] >= -FORGE_RECALIB_TARGET_MAX &&
-          offsets[i] <= FORGE_RECALIB_TARGET_MAX)) {
-      return set_msg(msg, FORGE_RECALIB_ERR_TARGETS,
-                     "class offsets must be finite with |o| <= 2^40");
-    }
-  }
-  return set_msg(msg, FORGE_RECALIB_OK, "ok");
-}
-
-/* SPEC "Class reset" of channel c: means beta + o_k, one within-class
- * variance max(gamma^2 - B, gamma^2 / 1024), B the mean of o_k^2. */
-static void classes_reset_channel(const float* beta, const float* gamma_abs,
-                                  const float* offsets, int32_t C, int32_t K,
-                                  int32_t c, float* class_state) {
-  const size_t kc = (size_t)K * (size_t)C;
-  const float kf = (float)K;
-  const float g2 = gamma_abs[c] * gamma_abs[c];
-  const float floor_v = g2 * 0.0009765625f; /* 2^-10: exact */
-  float between = 0.0f, within;
-  int32_t k;
-  for (k = 0; k < K; ++k) {
-    const float o = offsets[(size_t)k * (size_t)C + (size_t)c];
-    const float o2 = o * o;
-    between = between + o2;
-  }
-  between = between / kf;
-  within = g2 - between;
-  if (!(within >= floor_v)) within = floor_v;
-  for (k = 0; k < K; ++k) {
-    const size_t i = (size_t)k * (size_t)C + (size_t)c;
-    class_state[i] = beta[c] + offsets[i];
-    class_state[kc + i] = within;
-  }
-}
-
-int forge_recalib_classes_reset(const float* beta, const float* gamma_abs,
-                                const float* offsets, int32_t C, int32_t K,
-                                float* class_state, const char** msg) {
-  int32_t c;
-  int status = forge_recalib_check_targets(beta, gamma_abs, C, msg);
-  if (status == FORGE_RECALIB_OK) status = forge_recalib_check_offsets(offsets, C, K, msg);
-  if (status != FORGE_RECALIB_OK) return status;
-  if (class_state == NULL) {
-    return set_msg(msg, FORGE_RECALIB_ERR_NULL, "class state is NULL");
-  }
-  for (c = 0; c < C; ++c) {
-    classes_reset_channel(beta, gamma_abs, offsets, C, K, c, class_state);
-  }
-  return set_msg(msg, FORGE_RECALIB_OK, "ok");
-}
-
-void forge_recalib_classes_mixture(const float* beta, const float* gamma_abs,
-                                   const float* offsets, int32_t C, int32_t K,
-                                   float* class_state, float* mixture) {
-  const size_t kc = (size_t)K * (size_t)C;
-  const float kf = (float)K;
-  int32_t c, k;
-  for (c = 0; c < C; ++c) {
-    float s, t, mu;
-    for (k = 0; k < K; ++k) { /* SPEC "Repair", per channel */
-      const size_t i = (size_t)k * (size_t)C + (size_t)c;
-      const float v = class_state[kc + i];
-      if (!is_finite_f(class_state[i]) || !(v >= 0.0f && v <= FLT_MAX)) break;
-    }
-    if (k < K) classes_reset_channel(beta, gamma_abs, offsets, C, K, c, class_state);
-    s = class_state[c];
-    for (k = 1; k < K; ++k) s = s + class_state[(size_t)k * (size_t)C + (size_t)c];
-    mu = s / kf;
-    t = 0.0f;
-    for (k = 0; k < K; ++k) {
-      const size_t i = (size_t)k * (size_t)C + (size_t)c;
-      const float d = class_state[i] - mu;
-      const float d2 = d * d;
-      const float v = class_state[kc + i] + d2;
-      t = t + v;
-    }
-    mixture[c] = mu;
-    mixture[C + c] = t / kf;
-  }
-}
-
-int forge_recalib_image_moments(const int8_t* x, int32_t N, int32_t HW,
-                                int32_t C, const forge_recalib_quant* quant,
-                                float* pending, void* scratch,
-                                size_t scratch_bytes, const char** msg) {
-  uint8_t* base = (uint8_t*)scratch;
-  int64_t* s2;
-  int32_t *s1, *s2_blk, n, c, m_zx;
-  int64_t m64;
-  float m_f, mm_f;
-  int status;
-  if (x == NULL || quant == NULL || pending == NULL || scratch == NULL) {
-    return set_msg(msg, FORGE_RECALIB_ERR_NULL, "a required pointer is NULL");
-  }
-  status = check_shape(N, HW, C, msg);
-  if (status != FORGE_RECALIB_OK) return status;
-  if (quant->magic != FORGE_RECALIB_QUANT_MAGIC) {
-    return set_msg(msg, FORGE_RECALIB_ERR_QUANT,
-                   "quant was not built by forge_recalib_prepare_quant");
-  }
-  if (((uintptr_t)scratch & 7u) != 0 ||
-      scratch_bytes < forge_recalib_scratch_bytes_affine(C)) {
-    return set_msg(msg, FORGE_RECALIB_ERR_SCRATCH,
-                   "scratch too small or not 8-byte aligned");
-  }
-  s2 = (int64_t*)base;
-  s1 = (int32_t*)(base + (size_t)8 * (size_t)C);
-  s2_blk = (int32_t*)(base + (size_t)12 * (size_t)C);
-  m64 = HW;
-  m_f = (float)HW;
-  mm_f = i64_to_f32(m64 * m64);
-  m_zx = HW * quant->z_x;
-  for (n = 0; n < N; ++n) {
-    float* mean_out = pending + (size_t)n * (size_t)C;
-    float* var_out = pending + ((size_t)N + (size_t)n) * (size_t)C;
-    stats_pass(x + (size_t)n * (size_t)HW * (size_t)C, HW, C, s2, s1, s2_blk);
-    for (c = 0; c < C; ++c) {
-      const int64_t s1c = s1[c];
-      const float mq = (float)(s1[c] - m_zx) / m_f;
-      const float var_q = i64_to_f32(m64 * s2[c] - s1c * s1c) / mm_f;
-      mean_out[c] = quant->s_x * mq;
-      var_out[c] = quant->sx2 * var_q;
-    }
-  }
-  return set_msg(msg, FORGE_RECALIB_OK, "ok");
-}
-
-/* Validates the options, shape and (given) labels of a commit; its rate. */
-static int commit_check(const float* pending, const void* labels, int32_t N,
-                        int32_t C, const forge_recalib_options* opts,
-                        float* class_state, float* rate, const char** msg) {
-  int status;
-  if (pending == NULL || labels == NULL || opts == NULL || class_state == NULL) {
-    return set_msg(msg, FORGE_RECALIB_ERR_NULL, "a required pointer is NULL");
-  }
-  status = forge_recalib_validate_options(opts, msg);
-  if (status != FORGE_RECALIB_OK) return status;
-  if (opts->classes == 0) {
-    return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS,
-                   "class commit without the classes option");
-  }
-  if (N < 1 || N > FORGE_RECALIB_MAX_M || C < 1 || C > FORGE_RECALIB_MAX_C) {
-    return set_msg(msg, FORGE_RECALIB_ERR_SHAPE, "N or C out of range");
-  }
-  if (opts->use_window) {
-    *rate = (float)opts->classes / (float)opts->window;
-  } else {
-    *rate = (float)opts->classes * opts->momentum;
-  }
-  if (*rate > 1.0f) *rate = 1.0f;
-  return set_msg(msg, FORGE_RECALIB_OK, "ok");
-}
-
-/* Image n of pending enters the statistics (mu, var) at `rate` (SPEC "Commit"). */
-static void commit_image(const float* pending, int32_t n, int32_t N, int32_t C,
-                         int32_t variance, float rate, float* mu, float* var) {
-  const float om = 1.0f - rate;
-  const float* mean_in = pending + (size_t)n * (size_t)C;
-  const float* var_in = pending + ((size_t)N + (size_t)n) * (size_t)C;
-  int32_t c;
-  for (c = 0; c < C; ++c) {
-    const float mu_keep = om * mu[c];
-    const float mu_add = rate * mean_in[c];
-    const float mu_new = mu_keep + mu_add;
-    float v_used = var_in[c];
-    float var_keep, var_add;
-    if (variance == FORGE_RECALIB_VAR_RUNNING) {
-      const float d = mean_in[c] - mu_new;
-      const float d2 = d * d;
-      v_used = var_in[c] + d2;
-    }
-    var_keep = om * var[c];
-    var_add = rate * v_used;
-    mu[c] = mu_new;
-    var[c] = var_keep + var_add;
-  }
-}
-
-/* Image n enters its class (label >= 0). */
-static void commit_one(const float* pending, int32_t n, int32_t label, int32_t N,
-                       int32_t C, const forge_recalib_options* opts, float rate,
-                       float* class_state) {
-  const size_t kc = (size_t)opts->classes * (size_t)C;
-  if (label < 0) return;
-  commit_image(pending, n, N, C, opts->variance, rate,
-               class_state + (size_t)label * (size_t)C,
-               class_state + kc + (size_t)label * (size_t)C);
-}
-
-int forge_recalib_classes_commit(const float* pending, const int32_t* labels,
-                                 int32_t N, int32_t C,
-                                 const forge_recalib_options* opts,
-                                 float* class_state, const char** msg) {
-  int32_t n;
-  float rate;
-  const int status = commit_check(pending, labels, N, C, opts, class_state, &rate, msg);
-  if (status != FORGE_RECALIB_OK) return status;
-  for (n = 0; n < N; ++n) {
-    if (labels[n] < -1 || labels[n] >= opts->classes) {
-      return set_msg(msg, FORGE_RECALIB_ERR_SHAPE,
-                     "a label must be a class in [0, K) or -1");
-    }
-  }
-  for (n = 0; n < N; ++n) {
-    commit_one(pending, n, labels[n], N, C, opts, rate, class_state);
-  }
-  return set_msg(msg, FORGE_RECALIB_OK, "ok");
-}
-
-int forge_recalib_classes_commit_s8(const float* pending, const int8_t* logits,
-                                    int32_t N, int32_t C,
-                                    const forge_recalib_options* opts,
-                                    float* class_state, const char** msg) {
-  int32_t n;
-  float rate;
-  const int status = commit_check(pending, logits, N, C, opts, class_state, &rate, msg);
-  if (status != FORGE_RECALIB_OK) return status;
-  for (n = 0; n < N; ++n) {
-    const int8_t* row = logits + (size_t)n * (size_t)opts->classes;
-    commit_one(pending, n,
-               forge_recalib_class_label_s8(row, opts->classes, opts->class_margin), N,
-               C, opts, rate, class_state);
-  }
-  return set_msg(msg, FORGE_RECALIB_OK, "ok");
-}
-
-int32_t forge_recalib_class_label_s8(const int8_t* logits, int32_t K,
-                                     int32_t min_margin) {
-  int32_t k, best = 0, second = -129;
-  for (k = 1; k < K; ++k) {
-    if (logits[k] > logits[best]) best = k;
-  }
-  for (k = 0; k < K; ++k) {
-    if (k != best && logits[k] > second) second = logits[k];
-  }
-  return (int32_t)logits[best] - second >= min_margin ? best : -1;
 }
 
 int forge_recalib_s8_ansi_path(const int8_t* x, int8_t* y, int32_t N,

@@ -72,8 +72,7 @@ typedef enum {
                                     (beta, gamma_abs^2); state untouched */
   FORGE_RECALIB_MODE_ADAPT_SAFE = 3, /* the statistics safe under correlated
                                         labels: ADAPT where option label_safe
-                                        is 1, else the class mixture with
-                                        option classes, else SOURCE
+                                        is 1, else SOURCE
                                         (forge_recalib_mode_for) */
   FORGE_RECALIB_MODE_COUNT
 } forge_recalib_mode;
@@ -103,8 +102,6 @@ const char* forge_recalib_path_name(int32_t code);
 #define FORGE_RECALIB_SCALE_MAX 1099511627776.0f /* 2^40 */
 #define FORGE_RECALIB_TARGET_MAX 1099511627776.0f /* |beta|, gamma_abs */
 #define FORGE_RECALIB_DEFAULT_EPS 1e-5f
-/* Option `classes` (K): at most this many classes. */
-#define FORGE_RECALIB_MAX_CLASSES 256
 /* Larger custom_options are rejected (a valid map is about 100 bytes). */
 #define FORGE_RECALIB_MAX_OPTIONS_BYTES 512
 /* AUTO uses the table when a channel has at least this many elements (and the
@@ -122,7 +119,7 @@ const char* forge_recalib_path_name(int32_t code);
  * ScratchBufferHandle). micro/forge_recalib_kernel.cc checks both against the
  * real layouts on every 32-bit build; the manifest's memory figures use them.
  * TFLM rounds each persistent buffer up to FORGE_RECALIB_ARENA_ALIGN. */
-#define FORGE_RECALIB_OP_DATA_BYTES_ILP32 140
+#define FORGE_RECALIB_OP_DATA_BYTES_ILP32 120
 #define FORGE_RECALIB_TFLM_NODE_BYTES_ILP32 72
 #define FORGE_RECALIB_ARENA_ALIGN 16
 
@@ -138,8 +135,6 @@ const char* forge_recalib_path_name(int32_t code);
   X(eps, FLOAT)                        \
   X(activation, ACTIVATION)            \
   X(variance, VARIANCE)                \
-  X(classes, INT)                      \
-  X(class_margin, INT)                 \
   X(arithmetic, ARITHMETIC)            \
   X(label_safe, INT)
 
@@ -150,18 +145,12 @@ typedef struct {
   float eps;          /* finite, > 0 */
   int32_t activation; /* forge_recalib_activation */
   int32_t variance;   /* forge_recalib_variance */
-  int32_t classes;    /* 0: off; K in [2, FORGE_RECALIB_MAX_CLASSES]: class-
-                         balanced statistics (SPEC "Class-balanced statistics") */
-  int32_t class_margin; /* in [0, 255], needs classes when > 0: an image enters
-                           its class only when its top int8 logit leads the
-                           next by at least this much (SPEC "Labels") */
-  int32_t arithmetic;   /* forge_recalib_arithmetic; INT excludes classes */
+  int32_t arithmetic;   /* forge_recalib_arithmetic */
   int32_t label_safe;   /* 0 or 1: adapts in mode ADAPT_SAFE (SPEC "Modes") */
 } forge_recalib_options;
 
 /* The mode an op with these options runs for the mode it is given: ADAPT_SAFE
- * becomes ADAPT where label_safe is set, stays ADAPT_SAFE (the class mixture)
- * with classes, else becomes SOURCE; other modes stay. Every caller (the TFLM
+ * becomes ADAPT where label_safe is set, else SOURCE; other modes stay. Every caller (the TFLM
  * kernel, the Python binding) resolves through this. */
 int32_t forge_recalib_mode_for(const forge_recalib_options* opts, int32_t mode);
 
@@ -215,9 +204,6 @@ int forge_recalib_state_reset(const float* beta, const float* gamma_abs,
 size_t forge_recalib_scratch_bytes(int32_t C);
 /* Scratch bytes enough for the affine path only (AUTO then never uses LUT). */
 size_t forge_recalib_scratch_bytes_affine(int32_t C);
-/* Scratch bytes an op with K classes needs after the core's (a multiple of 8):
- * the class mixture of an adapt-safe invocation, 2*C floats; 0 for K = 0. */
-size_t forge_recalib_scratch_bytes_mixture(int32_t C, int32_t K);
 
 /* One invocation on x[N][HW][C] -> y (same layout). y may equal x (in place)
  * (with arithmetic int, state holds 2*C int32: see forge_recalib_s8_int)
@@ -266,62 +252,6 @@ int forge_recalib_s8_int(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
                          int32_t* state, const forge_recalib_options* opts,
                          const forge_recalib_quant* quant, int32_t mode,
                          void* scratch, size_t scratch_bytes, const char** msg);
-
-/* ------------------------------------- Class-balanced statistics (K > 0)
- * SPEC.md "Class-balanced statistics": a layer above the per-channel core. The
- * op's [mu, var] stay the label-blind statistics (ADAPT and FROZEN run the core
- * on them as without classes); an ADAPT_SAFE invocation is
- *   forge_recalib_classes_mixture(...)       class state -> mixture (mu, var)
- *   forge_recalib_s8_<variant>(..., FORGE_RECALIB_MODE_FROZEN, mixture ...)
- * and ADAPT and ADAPT_SAFE keep their images' moments pending
- * (forge_recalib_image_moments) until the prediction exists; then
- * forge_recalib_classes_commit(...) moves each image's moments into its
- * predicted class. Every variant is reused unchanged.
- * Layouts (float32): offsets [K][C] (the clean class means minus their average,
- * flash); class_state [K][C] means then [K][C] variances (8*K bytes per
- * channel); pending [N][C] means then [N][C] variances (8*N bytes per channel). */
-
-/* Floats of the class state of C channels and K classes. */
-size_t forge_recalib_class_floats(int32_t C, int32_t K);
-/* Floats of an op's state block: [mu, var] (2 C), with K > 0 classes followed
- * by the class state (forge_recalib_class_floats) and the pending moments of a
- * batch of N (2 N C). */
-size_t forge_recalib_state_floats(int32_t C, int32_t K, int32_t N);
-/* Offsets finite with |o| <= 2^40, K in [2, FORGE_RECALIB_MAX_CLASSES]. */
-int forge_recalib_check_offsets(const float* offsets, int32_t C, int32_t K,
-                                const char** msg);
-/* The class state of a reset (validates targets and offsets). */
-int forge_recalib_classes_reset(const float* beta, const float* gamma_abs,
-                                const float* offsets, int32_t C, int32_t K,
-                                float* class_state, const char** msg);
-/* Repairs unusable channels of class_state, then writes the class mixture
- * (mu, var) into mixture[2C]. Inputs assumed validated. */
-void forge_recalib_classes_mixture(const float* beta, const float* gamma_abs,
-                                   const float* offsets, int32_t C, int32_t K,
-                                   float* class_state, float* mixture);
-/* Each image's mean and variance of x[N][HW][C] (SPEC step 2 with M = HW)
- * into pending; scratch as for forge_recalib_s8_* (the stats area). */
-int forge_recalib_image_moments(const int8_t* x, int32_t N, int32_t HW,
-                                int32_t C, const forge_recalib_quant* quant,
-                                float* pending, void* scratch,
-                                size_t scratch_bytes, const char** msg);
-/* labels[N]: each image's class in [0, K), or -1 (it does not enter). Images
- * enter in order, each at rate min(1, K / window) (or min(1, K * momentum)). */
-int forge_recalib_classes_commit(const float* pending, const int32_t* labels,
-                                 int32_t N, int32_t C,
-                                 const forge_recalib_options* opts,
-                                 float* class_state, const char** msg);
-/* commit with each image's label taken from the model's int8 output
- * logits[N][K] by forge_recalib_class_label_s8 with opts->class_margin. */
-int forge_recalib_classes_commit_s8(const float* pending, const int8_t* logits,
-                                    int32_t N, int32_t C,
-                                    const forge_recalib_options* opts,
-                                    float* class_state, const char** msg);
-/* The label of one image (SPEC "Labels"): the index of the largest int8 logit
- * (the lowest index on ties) when it exceeds every other logit by at least
- * min_margin, else -1 (exact on every target). min_margin 0: the argmax. */
-int32_t forge_recalib_class_label_s8(const int8_t* logits, int32_t K,
-                                     int32_t min_margin);
 
 /* Internal: the hot loops a target variant may replace (forge_recalib_s8_hooked
  * runs the whole invocation, validation and every float32 step of the SPEC

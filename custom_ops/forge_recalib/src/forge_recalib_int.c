@@ -405,7 +405,7 @@ static int int_eps_ok(float e) {
 /* The checks forge_recalib_validate_options makes of what this arithmetic
  * reads, on integers and bits (momentum in [0, 1], eps finite and > 0). */
 static int int_options_ok(const forge_recalib_options* opts) {
-  if (opts->arithmetic != FORGE_RECALIB_ARITH_INT || opts->classes != 0) return 0;
+  if (opts->arithmetic != FORGE_RECALIB_ARITH_INT) return 0;
   if (opts->variance != FORGE_RECALIB_VAR_BATCH &&
       opts->variance != FORGE_RECALIB_VAR_RUNNING) {
     return 0;

@@ -218,8 +218,7 @@ int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
     return Fail(msg, "malformed flexbuffer options: key/value count mismatch");
   }
   bool has_momentum = false, has_window = false, has_eps = false,
-       has_activation = false, has_variance = false, has_classes = false,
-       has_class_margin = false, has_arithmetic = false,
+       has_activation = false, has_variance = false, has_arithmetic = false,
        has_label_safe = false;
   for (size_t i = 0; i < keys.size(); ++i) {
     const flexbuffers::Reference key_ref = keys[i];
@@ -265,22 +264,6 @@ int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
                       &out->variance)) {
         return Fail(msg, "unknown variance estimator (batch, running)");
       }
-    } else if (KeyIs(key, "classes")) {
-      if (has_classes) return Fail(msg, "duplicate option key 'classes'");
-      has_classes = true;
-      const OptionRead r = ReadInt(raw, 0, FORGE_RECALIB_MAX_CLASSES, &out->classes);
-      if (r == OptionRead::kWrongType) return Fail(msg, "option 'classes' must be an integer");
-      if (r == OptionRead::kOutOfRange || out->classes == 1) {
-        return Fail(msg, "classes must be 0 (off) or in [2, 256]");
-      }
-    } else if (KeyIs(key, "class_margin")) {
-      if (has_class_margin) return Fail(msg, "duplicate option key 'class_margin'");
-      has_class_margin = true;
-      const OptionRead r = ReadInt(raw, 0, 255, &out->class_margin);
-      if (r == OptionRead::kWrongType) {
-        return Fail(msg, "option 'class_margin' must be an integer");
-      }
-      if (r == OptionRead::kOutOfRange) return Fail(msg, "class_margin must be in [0, 255]");
     } else if (KeyIs(key, "arithmetic")) {
       if (has_arithmetic) return Fail(msg, "duplicate option key 'arithmetic'");
       has_arithmetic = true;
@@ -299,8 +282,7 @@ int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
       if (r == OptionRead::kOutOfRange) return Fail(msg, "label_safe must be 0 or 1");
     } else {
       return Fail(msg, "unknown option key (momentum, window, eps, activation, "
-                       "variance, classes, class_margin, arithmetic, "
-                       "label_safe)");
+                       "variance, arithmetic, label_safe)");
     }
   }
   if (has_momentum == has_window) {
