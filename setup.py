@@ -40,7 +40,7 @@ EXT_MODULES = [
         extra_compile_args=["-O2", "-ffp-contract=off", "-std=c99", "-fno-fast-math",
                             "-Wall", "-Wextra"],
         # The evaluator also gates CIFAR-100 and Tiny-ImageNet models; a device build
-        # keeps the header's 64 (4 doubles of state per class).
+        # keeps the header's 64 (3 doubles of state per class).
         define_macros=[("FORGE_CONTROLLER_MAX_CLASSES", "1024")],
     ),
 ]

@@ -124,6 +124,6 @@ def insert_recalib(model: "schema.ModelT", sites: list[BNSite], op_index: dict[s
 def with_options(model: "schema.ModelT", site: InsertedSite,
                  options: RecalibOptions) -> InsertedSite:
   """`site` with `options`, written into its FORGE op's custom options (a later pass
-  that sets an option: class offsets, label-safe sites)."""
+  that sets an option: label-safe sites)."""
   model.subgraphs[0].operators[site.op_index].customOptions = list(encode_options(options))
   return dataclasses.replace(site, options=options)

@@ -37,7 +37,7 @@
 // the rate a class histogram over about label_window images predicts. A fixed
 // camera on one object agrees far more often than its histogram predicts. While it
 // flags, adapting runs in the op's ADAPT_SAFE mode: only the statistics that a run
-// of one class cannot bend adapt (op SPEC "Modes").
+// of one class cannot bend adapt (op SPEC "Adapt-safe mode").
 // Memory: sizeof(ForgeController), 3 doubles per class of
 // FORGE_CONTROLLER_MAX_CLASSES.
 #ifndef ESP32S3_APP_CORE_FORGE_CONTROLLER_H_

@@ -63,6 +63,7 @@ class RecalibState:
     self.gamma_abs = np.ascontiguousarray(gamma_abs, dtype=np.float32)
     self.int_scale = None if int_scale is None else np.float32(int_scale)
     self.data = self._clean()
+
   def _clean(self) -> np.ndarray:
     if self.int_scale is not None:
       return reference.int_reset_state(self.beta, self.gamma_abs, self.int_scale)
@@ -118,7 +119,7 @@ def forge_recalib_reference(x: np.ndarray, state: RecalibState,
   if x.shape[-1] != state.channels:
     raise ValueError(f"x has {x.shape[-1]} channels, state has {state.channels}")
   _code(_MODE_CODES, mode, "mode")
-  if mode == "adapt_safe":  # SPEC "Modes"
+  if mode == "adapt_safe":  # SPEC "Adapt-safe mode"
     mode = "adapt" if opts.label_safe else "source"
   _check_arithmetic(opts, state)
   q = reference.prepare_quant(opts.activation, quant.s_x, quant.z_x,
@@ -213,6 +214,8 @@ class RecalibOp:
   def bench(self, x: np.ndarray, reps: int, mode: str = "adapt", path: str = "auto",
             variant: str = "default") -> float:
     """Runs the C core `reps` times in C; returns nanoseconds per call."""
+    if mode == "adapt_safe":
+      mode = self._adapt_safe
     out = np.empty_like(x)
     total_ns = self._prepared.bench(x, out, self.state.data,
                                     _code(_MODE_CODES, mode, "mode"),

@@ -126,7 +126,7 @@ class RecalibOptions:
       default=None, metadata=_help(
           f"FORGE arithmetic: {', '.join(ARITHMETICS)} (float32 SPEC by default; int:"
           " fixed-point state and quantized multipliers, SPEC \"Integer arithmetic\")."))
-  # SPEC "Modes": the op adapts in mode adapt_safe (the field controller's mode while
+  # SPEC "Adapt-safe mode": the op adapts in mode adapt_safe (the field controller's mode while
   # the stream's labels look correlated), else runs source mode there; None (0 in
   # the C struct): not label-safe. Set by the converter per site.
   label_safe: int | None = None

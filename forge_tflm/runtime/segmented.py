@@ -37,7 +37,7 @@ from forge_tflm.quiet import native_output_hidden
 from forge_tflm.runtime.tflm_kernels import TFLM_HOST_BUILTINS
 
 KERNEL_MODES = {"reference": OpResolverType.BUILTIN_REF, "optimized": OpResolverType.AUTO}
-# The op's modes (SPEC "Modes"): adapt, frozen at the current state, and source (the
+# The op's modes (SPEC "Modes and app controls"): adapt, frozen at the current state, and source (the
 # clean targets, state untouched: the int8 model as converted).
 ADAPT, FROZEN, SOURCE = "adapt", "frozen", "source"
 # Adapt where the op is label-safe (option label_safe), source elsewhere: the field

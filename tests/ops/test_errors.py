@@ -209,7 +209,8 @@ except ValueError as e:
 
 
 def test_a_call_on_a_failed_prepare_raises_instead_of_sigfpe():
-  """Issue 34: the binding divided by C = 0 (SIGFPE, exit -8) on an unprepared op."""
+  """Issue 34: a call on a Prepared whose init failed (C = 0) raises a one-line
+  ValueError instead of reaching the core (it once divided by C there, SIGFPE)."""
   import subprocess
   import sys
 

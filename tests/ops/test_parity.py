@@ -235,6 +235,16 @@ def test_adapt_safe_adapts_label_safe_ops_and_runs_the_others_in_source_mode():
         assert got_state.data.tobytes() == want_state.data.tobytes()
 
 
+def test_bench_resolves_adapt_safe_as_a_call_does():
+  """RecalibOp.bench passed adapt_safe to the core unresolved, which refused it as an
+  unknown mode; it times what a call in that mode runs."""
+  case = cases.random_case(np.random.default_rng(3), steps=1)
+  for safe in (1, None):
+    op = ops.RecalibOp(case.opts.replace(label_safe=safe) if safe else case.opts,
+                       case.quant, case.beta, case.gamma_abs)
+    assert op.bench(case.batches[0], 2, mode="adapt_safe") > 0
+
+
 def test_label_safe_is_an_option_bit():
   assert ops.RecalibOptions(window=8, label_safe=1).label_safe == 1
   assert ops.RecalibOptions(window=8, label_safe=0).label_safe is None  # The C default.

@@ -178,7 +178,7 @@ def _site_edit(rng, site, doc) -> str:
   field = _pick(rng, ["channels", "op_index", "kind", "input_tensor", "output_tensor",
                       "input_quantization", "output_quantization", "bn_eps",
                       "preact_saturated_fraction", "name", "conv", "options",
-                      "options", "options", "classes", "state_bytes", "memory"])
+                      "options", "options", "label_safe", "state_bytes", "memory"])
   if field == "channels":
     site[field] = _pick(rng, [site.get(field, 8) + 1, site.get(field, 8) - 1, 0, -1000,
                               65536, 65537, 16, 4, 2**31])

@@ -47,9 +47,6 @@ const float kTargets[] = {0.0f, -0.0f, 1.0f, 1e-30f, 1099511627776.0f, 1e-45f, 0
                           -3.0f, -1099511627776.0f, NAN, INFINITY, -INFINITY, 2.2e12f};
 const size_t kValidTargets = 7;
 
-template <typename T, size_t N>
-constexpr size_t Count(const T (&)[N]) { return N; }
-
 void Check(bool ok, const char* what) {
   if (!ok) {
     fprintf(stderr, "FORGE_RECALIB fuzz invariant violated: %s\n", what);

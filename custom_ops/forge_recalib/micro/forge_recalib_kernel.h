@@ -14,7 +14,7 @@
 //                    // (clean targets), state kept: the gate's probe
 //   control.SetMode(FORGE_RECALIB_MODE_ADAPT_SAFE);  // while labels look
 //                    // correlated: label-safe ops adapt, the others run
-//                    // source mode (SPEC "Modes")
+//                    // source mode (SPEC "Adapt-safe mode")
 //   control.RequestReset();  // every FORGE_RECALIB op of this interpreter
 //                            // restores its clean targets (mu = beta,
 //                            // var = gamma_abs^2) at its next Eval

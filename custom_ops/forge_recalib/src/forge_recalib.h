@@ -146,7 +146,7 @@ typedef struct {
   int32_t activation; /* forge_recalib_activation */
   int32_t variance;   /* forge_recalib_variance */
   int32_t arithmetic;   /* forge_recalib_arithmetic */
-  int32_t label_safe;   /* 0 or 1: adapts in mode ADAPT_SAFE (SPEC "Modes") */
+  int32_t label_safe;   /* 0 or 1: adapts in mode ADAPT_SAFE (SPEC "Adapt-safe mode") */
 } forge_recalib_options;
 
 /* The mode an op with these options runs for the mode it is given: ADAPT_SAFE
