@@ -67,6 +67,8 @@ def main(argv=None) -> int:
   ap.add_argument("--orderings", type=int, default=3)
   ap.add_argument("--gate_period", type=int, default=None,
                   help="default: a device's (forge_tflm.evaluation.gate.DEVICE_PERIOD)")
+  ap.add_argument("--gate_label_window", type=int, default=None,
+                  help="forge_tflm eval --gate_label_window (default: the gate's)")
   ap.add_argument("--settings", default=",".join(str(i) for i in range(len(SETTINGS))),
                   help="indices into the table's rows, comma-separated")
   ap.add_argument("--executor", default="inline", help="forge_tflm eval --executor")
@@ -91,6 +93,8 @@ def main(argv=None) -> int:
              f"--limit={args.limit}", f"--batch_size={args.batch_size}",
              f"--orderings={args.orderings}", f"--gate_period={args.gate_period}",
              f"--output_dir={out}", f"--executor={args.executor}"] + SETTINGS[label]
+      if args.gate_label_window is not None:
+        cmd.append(f"--gate_label_window={args.gate_label_window}")
       if args.keras_model:
         cmd.append(f"--keras_model={args.keras_model}")
       code = cli(cmd)
@@ -122,7 +126,10 @@ def main(argv=None) -> int:
            f"# {args.limit or 'all'} test images per corruption, severity 5, batch "
            f"{args.batch_size}, {args.orderings} orderings (seeds of the presentation "
            f"order), this package's corruptions; gate: defaults with --gate_period="
-           f"{args.gate_period}; hurts = corruptions more than {HURT_POINTS:g} point under "
+           f"{args.gate_period}"
+           + (f" --gate_label_window={args.gate_label_window}"
+              if args.gate_label_window is not None else "")
+           + f"; hurts = corruptions more than {HURT_POINTS:g} point under "
            "the int8 source; probed = share of the images the gate ran twice (both paths),"
            " mean over the streams and orderings", "", head, sep]
   for label, acc, probed in rows:
