@@ -11,7 +11,9 @@ labels. FORGE's state during the probe evolves as plain FORGE's does (the probe'
 adapting pass runs every image), so its accuracy after the probe is plain FORGE's.
 "no probe" is the same oracle from the first image. Recovery kept = (gated - source) /
 (FORGE - source) over the mean of the corruptions, as benchmarks/field_protocols.py
-reports it; shuffled streams, severity 5, the evaluator's orderings.
+reports it; shuffled streams, severity 5, as `deploy.corrupted_stream` presents them
+(export-firmware's streams; their source and FORGE means are within 0.2 points of
+field_protocols.py's).
 
     python benchmarks/kept_ceiling.py --data_dir=../shared/datasets/cifar10 \\
         --artifacts=runs/r20_safe.tflite,runs/mnv2_safe.tflite,runs/r8_safe.tflite \\
