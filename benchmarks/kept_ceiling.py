@@ -33,15 +33,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 from benchmarks._report import command_line, dated, emit  # noqa: E402
-
-
-def correct(model, x, labels, mode: str, batch: int) -> np.ndarray:
-  """Per image: whether `mode` over the stream in order predicts its label."""
-  model.reset()
-  out = np.concatenate([model.run(x[i:i + batch], mode=mode)
-                        for i in range(0, len(x), batch)])
-  model.reset()
-  return out.reshape(len(x), -1).argmax(-1) == labels
+from benchmarks.detector_agreement import path_predictions  # noqa: E402
 
 
 def measure(path: str, data_dir: str, limit: int, orderings: int, batch: int,
@@ -60,8 +52,8 @@ def measure(path: str, data_dir: str, limit: int, orderings: int, batch: int,
       stream = deploy.corrupted_stream(data_dir, name, 5, limit=limit, seed=0,
                                        ordering_index=k)
       x = deploy.model_input(artifact, stream.images)
-      s = correct(model, x, stream.labels, SOURCE, batch)
-      f = correct(model, x, stream.labels, ADAPT, batch)
+      s = path_predictions(model, x, SOURCE, batch) == stream.labels
+      f = path_predictions(model, x, ADAPT, batch) == stream.labels
       rest = max(f[first:].sum(), s[first:].sum())
       acc["source"].append(s.mean())
       acc["forge"].append(f.mean())

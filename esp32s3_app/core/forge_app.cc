@@ -220,7 +220,7 @@ void FindState(TfLiteContext* ctx, TfLiteNode* node) {
   const TfLiteEvalTensor* x = ctx->GetEvalTensor(ctx, node->inputs->data[0]);
   if (x == nullptr || x->dims == nullptr || x->dims->size < 1) return;
   const int32_t c = x->dims->data[x->dims->size - 1];
-  const size_t want = sizeof(float) * 2 * static_cast<size_t>(c);
+  const size_t want = forge_recalib_state_bytes(c);
   void* found = nullptr;
   int matches = 0;
   for (uint32_t i = 0; i < g_run.num_recent; ++i) {

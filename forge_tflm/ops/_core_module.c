@@ -455,11 +455,20 @@ static PyObject* py_scratch_bytes(PyObject* self, PyObject* args) {
                        (Py_ssize_t)forge_recalib_scratch_bytes(c));
 }
 
+static PyObject* py_state_bytes(PyObject* self, PyObject* args) {
+  int c;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "i", &c)) return NULL;
+  return PyLong_FromSize_t(forge_recalib_state_bytes(c));
+}
+
 static PyMethodDef kMethods[] = {
     {"bench_memcpy", py_bench_memcpy, METH_VARARGS,
      "bench_memcpy(dst, src, reps) -> total ns (after 1 warm-up)"},
     {"state_reset", py_state_reset, METH_VARARGS,
      "state_reset(beta, gamma_abs, state)"},
+    {"state_bytes", py_state_bytes, METH_VARARGS,
+     "state_bytes(c) -> bytes of an op's state block"},
     {"scratch_bytes", py_scratch_bytes, METH_VARARGS,
      "scratch_bytes(c) -> (affine_bytes, any_path_bytes)"},
     {NULL, NULL, 0, NULL}};

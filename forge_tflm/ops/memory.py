@@ -1,7 +1,7 @@
 """What one FORGE_RECALIB node costs in a TFLite-Micro arena on a 32-bit target.
 
 Every figure comes from the C side (forge_recalib.h through the binding): the state
-block (8 B per channel: float32 [mu, var]), the kernel's op data and
+block (forge_recalib_state_bytes: 8 B per channel), the kernel's op data and
 TFLM's per-node bookkeeping (both checked against the real struct layouts by a
 static_assert in every 32-bit build of the kernel), and the scratch the core asks for. Measured arenas per target are in
 benchmarks/results/mcu_memory.md (benchmarks/bench_mcu_memory.py).
@@ -13,12 +13,9 @@ import dataclasses
 
 from forge_tflm.ops.options import core
 
-STATE_BYTES_PER_CHANNEL = 8  # float32 [mu, var] (SPEC "State").
-
-
 def state_bytes(channels: int) -> int:
   """SRAM bytes of one op's state block (the kernel's allocation)."""
-  return STATE_BYTES_PER_CHANNEL * channels
+  return core().state_bytes(channels)
 
 
 def _aligned(n: int) -> int:
@@ -40,7 +37,7 @@ class NodeMemory:
 
   @property
   def state_per_channel(self) -> int:
-    return STATE_BYTES_PER_CHANNEL
+    return state_bytes(1)
 
   @property
   def state(self) -> int:

@@ -240,7 +240,7 @@ TfLiteStatus PrepareTensors(TfLiteContext* context, TfLiteNode* node,
   data->hw = static_cast<int32_t>(m / data->n);
   if (data->state == nullptr || data->c != c) {
     data->state = static_cast<float*>(context->AllocatePersistentBuffer(
-        context, sizeof(float) * 2 * static_cast<size_t>(c)));
+        context, forge_recalib_state_bytes(c)));
     if (data->state == nullptr) return Fail("cannot allocate state");
   }
   data->c = c;

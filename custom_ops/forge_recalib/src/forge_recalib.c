@@ -264,6 +264,11 @@ int forge_recalib_state_reset(const float* beta, const float* gamma_abs,
  *   [20C, 24C)  float B[C]
  *   [24C, 280C) int8 LUT[C][256]   LUT path only
  */
+size_t forge_recalib_state_bytes(int32_t C) {
+  if (C < 1 || C > FORGE_RECALIB_MAX_C) return 0;
+  return 2 * sizeof(float) * (size_t)C;
+}
+
 size_t forge_recalib_scratch_bytes_affine(int32_t C) {
   if (C < 1 || C > FORGE_RECALIB_MAX_C) return 0;
   return (size_t)24 * (size_t)C;

@@ -204,6 +204,9 @@ int forge_recalib_state_reset(const float* beta, const float* gamma_abs,
 size_t forge_recalib_scratch_bytes(int32_t C);
 /* Scratch bytes enough for the affine path only (AUTO then never uses LUT). */
 size_t forge_recalib_scratch_bytes_affine(int32_t C);
+/* Bytes of an op's state block (SPEC "State": [mu, var], 8 per channel; the
+ * integer arithmetic's int32 state is the same size); 0 if C invalid. */
+size_t forge_recalib_state_bytes(int32_t C);
 
 /* One invocation on x[N][HW][C] -> y (same layout). y may equal x (in place)
  * (with arithmetic int, state holds 2*C int32: see forge_recalib_s8_int)
