@@ -2,7 +2,7 @@
 // firmware targets use (forge_tflm.deploy.write_c_arrays writes
 // forge_app_data.{h,cc}). Same platform as host_main.cc; takes no arguments
 // except an optional --trace=none|forge|all and --gate (the gate with the
-// settings export-firmware wrote, as esp32s3_app/main with CONFIG_FORGE_APP_GATE).
+// settings export-firmware wrote, as esp32s3_app/main does for a gated export).
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>

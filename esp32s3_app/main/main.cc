@@ -1,6 +1,6 @@
 // ESP32-S3 target of the FORGE application core: app_main only. The model, the
-// images and the arena size are the arrays `forge_tflm export-firmware` wrote into
-// generated/; the markers, cycle counter and console are esp32s3_platform.cc.
+// images, the arena size and the mode (adapt, frozen, gated) are what
+// `forge_tflm export-firmware` wrote into generated/; the markers, cycle counter and console are esp32s3_platform.cc.
 #include "esp32s3_platform.h"
 #include "forge_app.h"
 #include "forge_app_data.h"
@@ -14,13 +14,10 @@ extern "C" void app_main(void) {
   config.arena = forge_esp32s3::AllocateArena(config.arena_size);
   config.images = forge_app_images;
   config.num_images = forge_app_num_images;
-#ifdef CONFIG_FORGE_APP_ADAPT
-  config.adapt = true;
-#else
+  // The mode export-firmware exported (and expected.json describes).
+#if defined(FORGE_APP_EXPORT_MODE_FROZEN)
   config.adapt = false;
-#endif
-#ifdef CONFIG_FORGE_APP_GATE
-  // The gate as evaluated: export-firmware wrote its settings (FORGE_APP_GATE_*).
+#elif defined(FORGE_APP_EXPORT_MODE_GATED)
   config.gate = true;
   FORGE_CONTROLLER_SETTINGS_FROM_DEFINES(config.gate_settings);
 #endif

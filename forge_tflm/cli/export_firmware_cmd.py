@@ -46,9 +46,9 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
   flags.DEFINE_integer("ordering", 0, "Which shuffled ordering (eval's k < --orderings).",
                        lower_bound=0, flag_values=fv)
   flags.DEFINE_enum("mode", "adapt", ["adapt", "frozen", "gated"], "FORGE adapting (the"
-                    " default), frozen at its clean targets, or gated (the firmware built"
-                    " with CONFIG_FORGE_APP_GATE: the field controller's defaults, re-probing"
-                    f" every {DEVICE_PERIOD} images), as the firmware will run.",
+                    " default), frozen at its clean targets, or gated (the field controller's"
+                    f" defaults, re-probing every {DEVICE_PERIOD} images), as the firmware"
+                    " will run (the ESP-IDF app runs the exported mode).",
                     flag_values=fv)
   flags.DEFINE_enum("label_order", "shuffled", list(field_streams.LABEL_ORDERS),
                     "Labels in the stream, as eval's --label_order: shuffled, dirichlet"

@@ -34,6 +34,9 @@ SUBCOMMANDS = {
     "export-firmware": ("forge_tflm.cli.export_firmware_cmd",
                         "model, images, arena size and expected outputs for a firmware"
                         " build (esp32s3_app)"),
+    "run-firmware": ("forge_tflm.cli.run_firmware_cmd",
+                     "export, build and run a firmware under an emulator, then verify it"
+                     " (one command)"),
     "verify-device": ("forge_tflm.cli.verify_device_cmd",
                       "a device log (+ PPK2 capture) against the exported expected outputs"),
 }

@@ -45,7 +45,8 @@ EXPECTED_FILE = "expected.json"
 # What an export writes, and what earlier versions' interrupted exports left in it.
 OUTPUTS = ("forge_app_data.h", "forge_app_data.cc", "images.bin", EXPECTED_FILE)
 LEFTOVERS = (".export.partial",)
-# adapt / frozen: ForgeAppConfig.adapt; gated: the gate (CONFIG_FORGE_APP_GATE).
+# adapt / frozen: ForgeAppConfig.adapt; gated: the gate (FORGE_APP_EXPORT_MODE_* in the
+# header for the ESP-IDF app; --frozen / --gate for the bare-metal targets).
 MODES = ("adapt", "frozen", "gated")
 EXPECTED_VERSION = 1
 DEFAULT_OUT = os.path.join("esp32s3_app", "main", "generated")
@@ -71,8 +72,8 @@ def export_firmware(artifact_path: str, out_dir: str = DEFAULT_OUT, *, data_dir=
                     label_order=None) -> Export:
   """Writes the firmware inputs and expected outputs for `artifact_path` (see module).
   `gate` (a GateConfig, default: its defaults; no period: gate.DEVICE_PERIOD) sets the
-  FORGE_APP_GATE_* values the firmware's gate uses when built with
-  CONFIG_FORGE_APP_GATE; mode "gated" expects such a firmware. `label_order` (a
+  FORGE_APP_GATE_* values the firmware's gate uses; mode "gated" expects a firmware
+  that runs the gate (the ESP-IDF app reads the mode from the header). `label_order` (a
   field_streams.LabelOrder, default shuffled) orders the stream as eval's
   --label_order (e.g. sorted by class, to see the controller's detector on a device)."""
   from forge_tflm.artifact import Artifact
@@ -124,9 +125,15 @@ def export_firmware(artifact_path: str, out_dir: str = DEFAULT_OUT, *, data_dir=
   if mode == "gated":
     doc["gate"] = {"defines": defines, "decisions": exp.decisions}
 
+  # The ESP-IDF app's exact resolver (main/CMakeLists.txt reads this list).
+  builtin_ops = " ".join(sorted(set(op_names) - {tg.FORGE_RECALIB}))
+
   def write(staging: str) -> None:
+    # The mode and the operators too: the ESP-IDF app builds the export's (bare-metal
+    # targets take flags).
     write_c_arrays(staging, artifact.model, x, labels, command=command, arena_bytes=arena,
-                   defines=defines)
+                   defines={**defines, f"FORGE_APP_EXPORT_MODE_{mode.upper()}": "1",
+                            "FORGE_APP_MODEL_OPS": json.dumps(builtin_ops)})
     write_image_stream(os.path.join(staging, "images.bin"), x)
     with open(os.path.join(staging, EXPECTED_FILE), "w") as f:
       json.dump(doc, f)

@@ -1,0 +1,65 @@
+"""Export an artifact, build a firmware, run it under an emulator and verify it.
+
+`forge_tflm run-firmware ARTIFACT --target=esp32s3-idf --data_dir=...` is
+export-firmware -> build -> emulated run -> verify-device in one command, with the
+stream flags of export-firmware. Into --output_dir: export/ (export-firmware's files),
+device.log (what the firmware printed), verify.md (the verdict) and the target's image
+(flash.bin for esp32s3-idf). Builds happen in the build cache
+($FORGE_TFLM_BUILD_CACHE), never in the export folder; ESP-IDF v5.1.7, the tool chain
+and the emulator come from ../shared (prepared once, about a minute; the first build of
+the app takes several minutes, later ones recompile only the exported data).
+
+Exit status 0 when the run is BIT-EXACT; 1 when it is not, or on an error (a missing
+tool's message says how to get it; a failed build's ends with the build's last lines). On a board, flash instead:
+docs/usage/deploying.md "ESP-IDF".
+"""
+
+from __future__ import annotations
+
+import os
+
+from absl import flags, logging
+
+from forge_tflm.cli import export_firmware_cmd
+from forge_tflm.deploy.firmware import TARGETS
+
+POSITIONAL = "artifact"  # forge_tflm run-firmware ARTIFACT
+
+
+def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
+  flags.DEFINE_enum("target", None, list(TARGETS), "Required. Where to run: esp32s3-idf"
+                    " (the ESP-IDF app booted from its flash image under the ESP32-S3"
+                    " emulator).", flag_values=fv)
+  export_firmware_cmd.define_flags(fv)
+  fv.set_default("output_dir", None)
+  fv["output_dir"].help = ("Where to write export/, device.log and verify.md (default"
+                           " runs/firmware-TARGET).")
+  flags.DEFINE_integer("timeout", 1800, "Seconds the emulated run may take.", lower_bound=1,
+                       flag_values=fv)
+  return fv
+
+
+def run(fv: flags.FlagValues, command: str) -> int:
+  from forge_tflm.deploy.firmware import run_firmware
+  from forge_tflm.evaluation import field_streams
+
+  if not fv.artifact:
+    raise ValueError("which artifact? forge_tflm run-firmware ARTIFACT.tflite "
+                     "--target=esp32s3-idf --data_dir=...")
+  if not fv.target:
+    raise ValueError(f"--target is required: one of {', '.join(TARGETS)}")
+  out_dir = fv.output_dir or os.path.join("runs", f"firmware-{fv.target}")
+  label_order = field_streams.LabelOrder(
+      fv.label_order, fv.dirichlet_alpha if fv.label_order == "dirichlet" else None, 1)
+  result = run_firmware(
+      fv.artifact, fv.target, out_dir, timeout=fv.timeout, progress=logging.info,
+      data_dir=fv.data_dir, dataset=fv.dataset, corruption=fv.corruption,
+      severity=fv.severity, images=fv.images, seed=fv.seed, ordering_index=fv.ordering,
+      mode=fv.mode, arena_bytes=fv.arena_bytes, command=command, label_order=label_order)
+  report = result.verification.markdown()
+  with open(os.path.join(out_dir, "verify.md"), "w") as f:
+    f.write(report)
+  print(report, end="")
+  print(f"\nlog: {result.run.log_path}; emulated run {result.run.seconds:.0f} s "
+        f"(wall clock of the emulator, not the chip's time)")
+  return 0 if result.verification.ok else 1
