@@ -32,9 +32,6 @@ from tests.deploy.test_mlperf_parity import (  # noqa: F401 (fixtures)
 
 _ENV_IMAGES = os.environ.get("FORGE_TFLM_ESP32S3_IMAGES")
 N_IMAGES = int(_ENV_IMAGES) if _ENV_IMAGES else cm.STREAM_LIMIT
-# export-firmware's estimate (forge_tflm.deploy.arena, 96 KiB here) does not model ESP-NN's
-# S3 convolution scratch (filter copies, padded input): the S3 app asked for 16.7 KB more.
-S3_ARENA_BYTES = 128 * 1024
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +68,7 @@ def test_esp32s3_mlperf_shipped_int8(tools, s3_ops, stream, tmp_path):
 def _adapting(artifact, s3_ops, export, n, tmp_path):
   from forge_tflm import deploy
 
-  gen = export(n, S3_ARENA_BYTES)
+  gen = export(n)  # the export's own arena estimate (ESP-NN's S3 scratch counted)
   t0 = time.time()
   text, _ = s3.run_qemu(s3.build_elf(gen), "--trace=all")
   s3.TIMINGS[f"mlperf_adapt_{n}"] = round(time.time() - t0, 1)
@@ -93,8 +90,7 @@ def _gated(artifact, n, tmp_path):
     if "FORGE_TFLM_CACHE" not in os.environ:
       mp.setenv("FORGE_TFLM_CACHE", str(tmp_path / "cache"))
     export_firmware(artifact, str(gen), data_dir=cm.DATA_DIR, images=n,
-                    mode="gated", gate=GateConfig(probe_images=2, period=3),
-                    arena_bytes=S3_ARENA_BYTES)
+                    mode="gated", gate=GateConfig(probe_images=2, period=3))
   text, _ = s3.run_qemu(s3.build_elf(str(gen)), "--trace=forge --gate")
   run = deploy.parse_app_output(text)
   assert run.ok and run.header["mode"] == "gated", text[-2000:]

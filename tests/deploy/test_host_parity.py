@@ -305,7 +305,13 @@ def test_export_firmware_embedded_build_verifies_bit_exact(tmp_path, artifacts, 
   r = subprocess.run([binary, "--trace=all"], capture_output=True, text=True)
   assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
   run = deploy.parse_app_output(r.stdout)
-  assert run.ok and run.mem["arena_used"] <= arena <= 1.6 * run.mem["arena_used"]
+  # The export holds every target's kernels' scratch (ESP-NN's S3 asks most); the host
+  # family's own estimate is the one to hold against the host's arena_used.
+  from forge_tflm.artifact import Artifact
+  from forge_tflm.deploy.arena import arena_bytes
+  a = Artifact.load(artifacts["forge_3"], require_manifest=True)
+  host = arena_bytes(a.model, a.manifest, kernels="reference")
+  assert run.ok and run.mem["arena_used"] <= host <= 1.6 * run.mem["arena_used"] <= 1.6 * arena
   log = tmp_path / "device.log"
   log.write_text(r.stdout)
   assert cli(["forge_tflm", "verify-device", str(log), f"--expected={gen}"]) == 0
