@@ -1,7 +1,7 @@
 // Host target with the model and images compiled in as C arrays, the form the
 // firmware targets use (forge_tflm.deploy.write_c_arrays writes
 // forge_app_data.{h,cc}). Same platform as host_main.cc; takes no arguments
-// except an optional --trace=none|forge|all and --gate (the gate with the
+// except an optional --trace=none|forge|all, --frozen and --gate (the gate with the
 // settings export-firmware wrote, as esp32s3_app/main does for a gated export).
 #include <stdint.h>
 #include <stdio.h>
@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (strcmp(argv[i], "--trace=none") == 0) config.trace = FORGE_APP_TRACE_NONE;
     if (strcmp(argv[i], "--trace=all") == 0) config.trace = FORGE_APP_TRACE_ALL;
+    if (strcmp(argv[i], "--frozen") == 0) config.adapt = false;
     if (strcmp(argv[i], "--gate") == 0) {
       config.gate = true;
       FORGE_CONTROLLER_SETTINGS_FROM_DEFINES(config.gate_settings);

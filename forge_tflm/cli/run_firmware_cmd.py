@@ -1,13 +1,14 @@
 """Export an artifact, build a firmware, run it under an emulator and verify it.
 
-`forge_tflm run-firmware ARTIFACT --target=esp32s3-idf --data_dir=...` is
+`forge_tflm run-firmware ARTIFACT --target=TARGET --data_dir=...` is
 export-firmware -> build -> emulated run -> verify-device in one command, with the
 stream flags of export-firmware. Into --output_dir: export/ (export-firmware's files),
 device.log (what the firmware printed), verify.md (the verdict) and the target's image
-(flash.bin for esp32s3-idf). Builds happen in the build cache
-($FORGE_TFLM_BUILD_CACHE), never in the export folder; ESP-IDF v5.1.7, the tool chain
-and the emulator come from ../shared (prepared once, about a minute; the first build of
-the app takes several minutes, later ones recompile only the exported data).
+(the ELF or binary; flash.bin for esp32s3-idf). Library objects live in the build cache
+($FORGE_TFLM_BUILD_CACHE), never in the export folder; the third-party sources, the
+Xtensa tool chain, ESP-IDF v5.1.7 and the ESP32-S3 emulator come from ../shared
+(prepared once), the Arm tools from apt. The first build of a target takes minutes
+(ESP-IDF's the longest); later ones recompile the exported data and link.
 
 Exit status 0 when the run is BIT-EXACT; 1 when it is not, or on an error (a missing
 tool's message says how to get it; a failed build's ends with the build's last lines). On a board, flash instead:
@@ -27,9 +28,11 @@ POSITIONAL = "artifact"  # forge_tflm run-firmware ARTIFACT
 
 
 def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
-  flags.DEFINE_enum("target", None, list(TARGETS), "Required. Where to run: esp32s3-idf"
-                    " (the ESP-IDF app booted from its flash image under the ESP32-S3"
-                    " emulator).", flag_values=fv)
+  flags.DEFINE_enum("target", None, list(TARGETS), "Required. Where to run: host (x86,"
+                    " TFLM reference kernels), cortex-m4f / cortex-m55 / cortex-m3"
+                    " (qemu-system-arm, CMSIS-NN), esp32s3 (bare metal) or esp32s3-idf (the"
+                    " ESP-IDF app booted from its flash image) under the ESP32-S3 emulator.",
+                    flag_values=fv)
   export_firmware_cmd.define_flags(fv)
   fv.set_default("output_dir", None)
   fv["output_dir"].help = ("Where to write export/, device.log and verify.md (default"
@@ -60,6 +63,7 @@ def run(fv: flags.FlagValues, command: str) -> int:
   with open(os.path.join(out_dir, "verify.md"), "w") as f:
     f.write(report)
   print(report, end="")
-  print(f"\nlog: {result.run.log_path}; emulated run {result.run.seconds:.0f} s "
-        f"(wall clock of the emulator, not the chip's time)")
+  print(f"\nlog: {result.run.log_path}; the run took {result.run.seconds:.0f} s of wall "
+        "clock here" + ("" if fv.target == "host" else " (under an emulator: times above are "
+                        "not the chip's)"))
   return 0 if result.verification.ok else 1

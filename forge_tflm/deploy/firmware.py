@@ -7,10 +7,19 @@ folder only holds export-firmware's files, and the run's log and flash image go 
 run folder the caller names.
 
 Targets:
+  host         esp32s3_app/host's embedded build (TFLM reference kernels, x86)
+  cortex-m4f   esp32s3_app/cortexm on qemu-system-arm mps2-an386 (CMSIS-NN DSP path),
+  cortex-m55   mps3-an547 (Helium) and cortex-m3 mps2-an385 (no FPU), -icount shift=0
+  cortex-m3
+  esp32s3      esp32s3_app/esp32s3, bare metal, on qemu-system-xtensa -machine esp32s3
+               (ESP-NN's _esp32s3 kernels; the second core parked)
   esp32s3-idf  esp32s3_app as an ESP-IDF v5.1.7 project (idf.py build, the app, its
                bootloader and partition table merged into one 4 MB flash image),
                booted from that image under qemu-system-xtensa -machine esp32s3 as a
                board boots: ROM -> second-stage bootloader -> partition table -> app.
+
+The host and bare-metal apps take the export's mode as flags (--frozen, --gate); the
+ESP-IDF app reads it from the export's header.
 """
 
 from __future__ import annotations
@@ -27,7 +36,10 @@ from forge_tflm.deploy import toolchains
 from forge_tflm.deploy.toolchains import ToolMissing
 
 APP_DIR = os.path.join(toolchains.REPO_ROOT, "esp32s3_app")
-TARGETS = ("esp32s3-idf",)
+# target -> the Cortex-M Makefile's BOARD and QEMU machine.
+CORTEXM = {"cortex-m4f": ("an386", "mps2-an386"), "cortex-m55": ("an547", "mps3-an547"),
+           "cortex-m3": ("an385", "mps2-an385")}
+TARGETS = ("host", *CORTEXM, "esp32s3", "esp32s3-idf")
 FLASH_SIZE = "4MB"  # partitions.csv fits the smallest common S3 module
 # The app's last record; a panic makes IDF reboot, which would loop forever.
 _END = re.compile(r"^done ")
@@ -186,13 +198,122 @@ def _lines_until(proc, deadline: float):
       yield line + b"\n"
 
 
+# ------------------------------------------------ host and bare-metal targets
+
+def _make(subdir: str, build: str, args: list[str], goals: list[str], progress) -> None:
+  """make -C esp32s3_app/<subdir> -j2 (nice) into `build` (the caller holds its lock)."""
+  _say(progress, f"make -C esp32s3_app/{subdir} {' '.join(goals)} (objects in {build})")
+  _run_build(["nice", "make", "-C", os.path.join(APP_DIR, subdir), "-j2", *goals,
+              f"BUILD_DIR={build}", *args], None, f"make -C esp32s3_app/{subdir}", progress)
+
+
+def _builtin_ops(expected: dict) -> str:
+  return " ".join(sorted(set(expected["ops"]) - {"FORGE_RECALIB"}))
+
+
+def _ops_build(kind: str, ops: str) -> str:
+  """A build folder per operator set, so that two models do not rebuild each other."""
+  key = hashlib.sha1(ops.encode()).hexdigest()[:8]
+  return os.path.join(toolchains.build_cache(), kind, key)
+
+
+def _mode_flags(expected: dict) -> list[str]:
+  # Every op's checksum where the export has them (all modes but gated).
+  trace = "--trace=forge" if expected["mode"] == "gated" else "--trace=all"
+  return [trace] + {"adapt": [], "frozen": ["--frozen"], "gated": ["--gate"]}[expected["mode"]]
+
+
+def _tflm_args() -> list[str]:
+  esp = toolchains.snapshot("esp-tflite-micro")
+  return [f"TFLM_DIR={toolchains.snapshot('tflite-micro')}",
+          f"THIRD_PARTY={os.path.join(esp, 'third_party')}"]
+
+
+def _build_host(export_dir: str, run_dir: str, expected: dict, progress) -> list[str]:
+  ops = _builtin_ops(expected)
+  build = _ops_build("host", ops)
+  binary = os.path.join(run_dir, "forge_app_embedded")
+  with toolchains.locked(build + ".lock"):
+    _make("host", build, ["KERNELS=reference", *_tflm_args(), f"OPS={ops}"],
+          ["embedded", f"GEN_DIR={os.path.abspath(export_dir)}"], progress)
+    shutil.copy2(os.path.join(build, "forge_app_embedded"), binary)
+  return [binary, *_mode_flags(expected)]
+
+
+def _build_cortexm(target: str, export_dir: str, run_dir: str, expected: dict,
+                   progress) -> list[str]:
+  board, machine = CORTEXM[target]
+  ops = _builtin_ops(expected)
+  build = _ops_build(f"cortexm-{board}", ops)
+  elf = os.path.join(os.path.abspath(run_dir), f"forge_app_{board}.elf")
+  args = [f"BOARD={board}", *_tflm_args(), f"CMSIS_NN_DIR={toolchains.snapshot('CMSIS-NN')}",
+          f"CMSIS_DIR={toolchains.snapshot('CMSIS_6')}", f"OPS={ops}"]
+  with toolchains.locked(build + ".lock"):
+    _make("cortexm", build, args, ["all", f"GEN_DIR={os.path.abspath(export_dir)}",
+                                   f"ELF={elf}"], progress)
+  log = os.path.join(run_dir, "semihosting.out")
+  return ["qemu-system-arm", "-M", machine, "-display", "none", "-serial", "null",
+          "-monitor", "none", "-chardev", f"file,id=semihosting,path={log}",
+          "-semihosting-config", "enable=on,target=native,chardev=semihosting",
+          "-icount", "shift=0", "-kernel", elf, "-append", " ".join(_mode_flags(expected))]
+
+
+def _build_esp32s3(export_dir: str, run_dir: str, expected: dict, progress) -> list[str]:
+  prefix, qemu = toolchains.esp32s3_tools()
+  ops = _builtin_ops(expected)
+  build = _ops_build("esp32s3", ops)
+  elf = os.path.join(os.path.abspath(run_dir), "forge_app_esp32s3.elf")
+  args = [f"PREFIX={prefix}", f"TFLM_DIR={toolchains.snapshot('esp-tflite-micro')}",
+          f"ESP_NN_DIR={toolchains.snapshot('esp-nn')}", f"OPS={ops}"]
+  with toolchains.locked(build + ".lock"):
+    _make("esp32s3", build, args, ["all", "park", f"GEN_DIR={os.path.abspath(export_dir)}",
+                                   f"ELF={elf}"], progress)
+    park = os.path.join(run_dir, "cpu1_park.bin")
+    shutil.copy2(os.path.join(build, "cpu1_park.bin"), park)
+  return [os.path.join(qemu, "bin", "qemu-system-xtensa"), "-machine", "esp32s3", "-m", "2M",
+          "-L", os.path.join(qemu, "share"), "-nographic", "-semihosting",
+          "-drive", f"file={elf[:-4]}.flash.bin,if=mtd,format=raw,readonly=on",
+          "-device", f"loader,file={park},addr=0x40000400,cpu-num=1,force-raw=on",
+          "-kernel", elf, "-append", " ".join(_mode_flags(expected))]
+
+
+def _run_command(target: str, cmd: list[str], run_dir: str, timeout: float, progress,
+                 images: int) -> DeviceRun:
+  """Runs a host binary or a bare-metal emulator; Cortex-M's console is its semihosting
+  file (copied into device.log), the others' their stdout."""
+  log = os.path.join(run_dir, "device.log")
+  if target not in CORTEXM:
+    return _console_run(target, cmd, log, timeout, progress, images)
+  out = os.path.join(run_dir, "semihosting.out")
+  if os.path.exists(out):
+    os.remove(out)
+  t0 = time.monotonic()
+  try:
+    subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+  except subprocess.TimeoutExpired:
+    pass
+  text = open(out, "rb").read() if os.path.exists(out) else b""
+  with open(log, "wb") as f:
+    f.write(text)
+  return DeviceRun(target=target, log_path=log, seconds=time.monotonic() - t0,
+                   ended=re.search(rb"^done ", text, re.M) is not None)
+
+
 def missing_tools(target: str) -> str | None:
   """Why `target` cannot be built or run here (what to install), or None."""
   try:
     if target == "esp32s3-idf":
       toolchains.need_programs("cmake", "ninja", apt="cmake ninja-build")
       toolchains.esp32s3_tools()
-      toolchains._shared_file("toolchains", "esp-idf", toolchains.IDF_TARBALL)
+      toolchains.shared_file("toolchains", "esp-idf", toolchains.IDF_TARBALL)
+    elif target == "esp32s3":
+      toolchains.esp32s3_tools()
+    elif target in CORTEXM:
+      toolchains.arm_tools()
+    else:
+      toolchains.need_programs("make", "g++", apt="make g++")
+    for name in ("tflite-micro", "esp-tflite-micro", "esp-nn", "CMSIS-NN", "CMSIS_6"):
+      toolchains.shared_file("third_party", toolchains.SNAPSHOTS[name])
   except ToolMissing as e:
     return str(e)
   return None
@@ -212,13 +333,24 @@ def build_and_run(target: str, export_dir: str, run_dir: str, *, timeout: float 
   emulator and returns the run, its log in run_dir/device.log."""
   if target not in TARGETS:
     raise ValueError(f"unknown target {target!r}: one of {', '.join(TARGETS)}")
-  with open(os.path.join(export_dir, "expected.json")) as f:
-    images = int(re.search(r'"images": (\d+)', f.read()).group(1))
+  from forge_tflm.deploy.export import load_expected
+
+  expected = load_expected(export_dir)
+  images = expected["images"]
   os.makedirs(run_dir, exist_ok=True)
-  flash = build_esp32s3_idf(export_dir, os.path.join(run_dir, "flash.bin"), progress)
-  _say(progress, f"{target}: booting {flash} under qemu-system-xtensa -machine esp32s3")
-  return run_esp32s3_flash(flash, os.path.join(run_dir, "device.log"), timeout=timeout,
-                           progress=progress, images=images)
+  if target == "esp32s3-idf":
+    flash = build_esp32s3_idf(export_dir, os.path.join(run_dir, "flash.bin"), progress)
+    _say(progress, f"{target}: booting {flash} under qemu-system-xtensa -machine esp32s3")
+    return run_esp32s3_flash(flash, os.path.join(run_dir, "device.log"), timeout=timeout,
+                             progress=progress, images=images)
+  if target == "host":
+    cmd = _build_host(export_dir, run_dir, expected, progress)
+  elif target == "esp32s3":
+    cmd = _build_esp32s3(export_dir, run_dir, expected, progress)
+  else:
+    cmd = _build_cortexm(target, export_dir, run_dir, expected, progress)
+  _say(progress, f"{target}: running {images} images")
+  return _run_command(target, cmd, run_dir, timeout, progress, images)
 
 
 def verify_run(run: DeviceRun, export_dir: str):

@@ -113,7 +113,7 @@ def _extract_once(src: str, dest: str, top: str, filter_: str) -> str:
   return tree
 
 
-def _shared_file(*parts: str) -> str:
+def shared_file(*parts: str) -> str:
   path = os.path.join(shared_dir(), *parts)
   if not os.path.isfile(path):
     raise ToolMissing(f"needs {path}: the shared material beside the checkout "
@@ -124,13 +124,13 @@ def _shared_file(*parts: str) -> str:
 def snapshot(name: str) -> str:
   """The extracted tree `name` (a key of SNAPSHOTS)."""
   tarball = SNAPSHOTS[name]
-  src = _shared_file("third_party", tarball)
+  src = shared_file("third_party", tarball)
   dest = os.path.join(cache_root(), "third_party", tarball[:-len(".tar.gz")])
   return _extract_once(src, dest, name, "data")
 
 
 def _tool(tarball: str) -> str:
-  src = _shared_file("toolchains", tarball)
+  src = shared_file("toolchains", tarball)
   dest = os.path.join(cache_root(), "toolchains", tarball[:-len(".tar.xz")])
   return _extract_once(src, dest, ESP32S3_TOOLS[tarball], "tar")  # keeps modes
 
@@ -209,7 +209,7 @@ def _idf_toolchain(dest: str) -> None:
   """A copy of the shared GCC with IDF's newlib over its own, a specs file, wrappers under
   the names IDF calls and GCC's limits.h wrapped as GCC's build normally wraps it."""
   gcc = _tool(next(iter(ESP32S3_TOOLS)))
-  newlib = _shared_file("toolchains", "esp-idf", IDF_NEWLIB)
+  newlib = shared_file("toolchains", "esp-idf", IDF_NEWLIB)
   shutil.copytree(gcc, dest, symlinks=True)
   with tarfile.open(newlib) as tf:
     tf.extractall(dest, filter="tar")
@@ -257,7 +257,7 @@ def esp_idf(progress=None) -> EspIdf:
   packages, prepared once in the build cache (about a minute the first time)."""
   need_programs("cmake", "ninja", apt="cmake ninja-build")
   _, qemu = esp32s3_tools()
-  src = _shared_file("toolchains", "esp-idf", IDF_TARBALL)
+  src = shared_file("toolchains", "esp-idf", IDF_TARBALL)
   with open(IDF_REQUIREMENTS, "rb") as f:
     key = hashlib.sha1(f.read() + IDF_TARBALL.encode() + IDF_NEWLIB.encode()).hexdigest()[:10]
   root = os.path.join(cache_root(), "esp-idf", f"{IDF_VERSION}-{key}")
