@@ -98,6 +98,14 @@ def preact_params(stats: RangeStats, method: str) -> tuple[float, int, float]:
   return scale, zp, saturated
 
 
+def calibration_labels(calibration) -> tuple[np.ndarray | None, int]:
+  """(labels, number of classes) of an ImageSet, for the clean top-1 check; (None, 0)
+  for calibration inputs without labels."""
+  if isinstance(calibration, ImageSet):
+    return np.asarray(calibration.labels), calibration.num_classes
+  return None, 0
+
+
 def calibration_images(calibration) -> tuple[np.ndarray, str]:
   """(uint8 [N,H,W,C] images, a description) from an ImageSet (labels unused), an
   array, or any iterable of HxWxC images."""

@@ -24,6 +24,9 @@ class ConvertOptions:
   parity_check: "error" refuses a conversion whose float model differs from the
     source beyond parity_tolerance (converter/parity.py); "warn" logs and writes it.
   parity_images: calibration images the parity gate compares on.
+  clean_check: "error" refuses an int8 model below twice chance on its labelled
+    calibration images (converter/clean_check.py); "warn" logs and writes it (a model
+    with untrained weights, say).
   source_agreement: from an int8 .tflite, the least top-1 agreement (on the
     calibration images) of the artifact in source mode with the input model.
   """
@@ -37,6 +40,7 @@ class ConvertOptions:
   preact_range: str = "minmax"
   c_array: bool = False
   parity_check: str = "error"
+  clean_check: str = "error"
   parity_tolerance: float = parity.DEFAULT_TOLERANCE
   parity_images: int = parity.DEFAULT_IMAGES
   source_agreement: float = parity.DEFAULT_SOURCE_AGREEMENT
@@ -48,6 +52,8 @@ class ConvertOptions:
       raise ValueError("calibration_size must be >= 1")
     if self.parity_check not in parity.MODES:
       raise ValueError(f"parity_check must be one of {parity.MODES}, not {self.parity_check!r}")
+    if self.clean_check not in parity.MODES:
+      raise ValueError(f"clean_check must be one of {parity.MODES}, not {self.clean_check!r}")
     if not self.parity_tolerance > 0:
       raise ValueError(f"parity_tolerance must be > 0, got {self.parity_tolerance}")
     if not 0.0 <= self.source_agreement <= 1.0:

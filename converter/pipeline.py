@@ -2,7 +2,7 @@
 
     load (frontend_keras / frontend_onnx) -> find sites (the frontend) ->
     select (select.py) -> calibration inputs (calibration.py) -> float and int8
-    conversion (quantize.py) -> parity gate (parity.py) -> match convs (match.py) ->
+    conversion (quantize.py) -> clean top-1 above chance (clean_check.py) -> parity gate (parity.py) -> match convs (match.py) ->
     pre-activation ranges (calibration.py) -> insert FORGE_RECALIB (insert.py) ->
     label-safe sites (label_safety.py) -> model checks (forge_tflm.model_check) ->
     outputs (outputs.py)
@@ -26,8 +26,8 @@ from forge_tflm.artifact import Manifest, manifest_path
 from forge_tflm.fileio import file_sha256, write_atomically
 from forge_tflm.quiet import native_output_hidden
 from forge_tflm.converter import calibration as calib
-from forge_tflm.converter import (insert, label_safety, match, outputs, parity,
-                                  static_shapes)
+from forge_tflm.converter import (clean_check, insert, label_safety, match, outputs,
+                                  parity, static_shapes)
 from forge_tflm.converter.frontend_keras import KerasFrontend
 from forge_tflm.converter.frontend_onnx import OnnxFrontend
 from forge_tflm.converter.frontend_tflite import TfliteFrontend
@@ -57,6 +57,8 @@ class _Context:
   sites_found: list[BNSite] = dataclasses.field(default_factory=list)
   sites: list[BNSite] = dataclasses.field(default_factory=list)
   calib_inputs: np.ndarray | None = None
+  calib_labels: np.ndarray | None = None  # None: the calibration images carry none
+  calib_classes: int = 0
   plain_tflite: bytes = b""
   float_tflite: bytes = b""
   parity: object = None  # parity.ParityReport
@@ -96,9 +98,13 @@ def _calibration_inputs(ctx: _Context) -> None:
   if len(images) == 0:
     raise ConversionError("no calibration images")
   n = ctx.options.calibration_size
+  labels, ctx.calib_classes = calib.calibration_labels(ctx.calibration)
   if n < len(images):  # The same draw as ImageSet.random_subset.
     rng = np.random.default_rng(ctx.options.calibration_seed)
-    images = images[np.sort(rng.permutation(len(images))[:n])]
+    keep = np.sort(rng.permutation(len(images))[:n])
+    images = images[keep]
+    labels = None if labels is None else labels[keep]
+  ctx.calib_labels = labels
   ctx.calib_inputs = ctx.options.input_contract.to_float(images)
   expected = tuple(ctx.frontend.input_shape)
   if tuple(ctx.calib_inputs.shape[1:]) != expected:
@@ -114,6 +120,20 @@ def _quantize(ctx: _Context) -> None:
   logging.info("float and full-int8 conversion: %d bytes in %.1f s", len(ctx.plain_tflite),
                time.time() - t0)
   ctx.model_t = tg.load_model(ctx.plain_tflite)
+
+
+def _clean_top1(ctx: _Context) -> None:
+  with native_output_hidden():
+    top1, why = clean_check.check(ctx.plain_tflite, ctx.calib_inputs, ctx.calib_labels,
+                                  ctx.calib_classes, ctx.options.input_contract.describe())
+  if top1 is not None:
+    logging.info("int8 model top-1 on the %d clean calibration images: %.1f%%",
+                 len(ctx.calib_labels), 100 * top1)
+  if why is None:
+    return
+  if ctx.options.clean_check == "error":
+    raise ConversionError(why + " (--clean_check=warn writes it anyway)")
+  logging.warning("%s; written anyway (--clean_check=warn)", why)
 
 
 def _parity(ctx: _Context) -> None:
@@ -235,11 +255,11 @@ def _source_parity(ctx: _Context) -> None:
 
 
 # From a float model (Keras, ONNX): BN targets recorded at fold time.
-PASSES = (_load, _find_sites, _select, _calibration_inputs, _quantize, _parity, _match,
-          _preact_ranges, _insert, _label_safety, _validate)
+PASSES = (_load, _find_sites, _select, _calibration_inputs, _quantize, _clean_top1,
+          _parity, _match, _preact_ranges, _insert, _label_safety, _validate)
 # From a full-int8 .tflite: targets measured on the calibration images.
 TFLITE_PASSES = (_load, _find_sites, _select, _calibration_inputs, _read_int8,
-                 _measure_targets, _insert, _label_safety, _source_parity, _validate)
+                 _measure_targets, _clean_top1, _insert, _label_safety, _source_parity, _validate)
 
 
 def _io_quant(model_t) -> tuple[tuple[float, int], tuple[float, int]]:

@@ -201,6 +201,13 @@ class InputContract:
     return ((x - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)
             ).astype(np.float32)
 
+  def describe(self) -> str:
+    """The contract as the convert flags that set it."""
+    if self.kind == "range":
+      return f"--input_range={self.low:g},{self.high:g}"
+    return (f"--input_mean={','.join(f'{v:g}' for v in self.mean)} "
+            f"--input_std={','.join(f'{v:g}' for v in self.std)}")
+
   def to_json(self) -> dict:
     if self.kind == "range":
       return {"kind": "range", "low": self.low, "high": self.high,

@@ -58,6 +58,10 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
                     " a float model that differs from the source model (Keras, or"
                     " onnxruntime) beyond --parity_tolerance is refused (error) or written"
                     " with a warning (warn).", flag_values=fv)
+  flags.DEFINE_enum("clean_check", d.clean_check, ["error", "warn"], "The int8 model's"
+                    " top-1 on its labelled calibration images: below twice chance (a wrong"
+                    " --input_range, usually) it is refused (error) or written with a"
+                    " warning (warn).", flag_values=fv)
   flags.DEFINE_float("parity_tolerance", d.parity_tolerance, "Largest error, as a fraction"
                      " of a tensor's range, of any site's BN output or the model output.",
                      flag_values=fv)
@@ -94,6 +98,13 @@ def input_contract(fv: flags.FlagValues):
   return InputContract(kind="range", low=low, high=high)
 
 
+def _tfds_has(dataset: str) -> bool:
+  """Whether tensorflow-datasets has `dataset` prepared locally (its data folder)."""
+  root = os.environ.get("TFDS_DATA_DIR", os.path.join(os.path.expanduser("~"),
+                                                      "tensorflow_datasets"))
+  return os.path.isdir(os.path.join(root, dataset))
+
+
 def run(fv: flags.FlagValues, command: str) -> int:
   from forge_tflm.converter.options import ConvertOptions
 
@@ -102,7 +113,7 @@ def run(fv: flags.FlagValues, command: str) -> int:
       sites=parse_sites(fv.sites), recalib=ConvertOptions().recalib.replace(**given),
       eps_from_bn="eps" not in given, input_contract=input_contract(fv),
       calibration_size=fv.calibration_size, preact_range=fv.preact_range,
-      c_array=fv.c_array, parity_check=fv.parity_check,
+      c_array=fv.c_array, parity_check=fv.parity_check, clean_check=fv.clean_check,
       parity_tolerance=fv.parity_tolerance, parity_images=fv.parity_images,
       source_agreement=fv.source_agreement)
   # Inputs and outputs next, still before TensorFlow loads (~10 s).
@@ -111,6 +122,10 @@ def run(fv: flags.FlagValues, command: str) -> int:
   check_model_file(fv.model, "--model")  # Exists, and its first bytes fit its extension.
   if fv.data_dir is not None and not os.path.exists(fv.data_dir):
     raise ValueError(f"--data_dir {fv.data_dir!r} does not exist")
+  if fv.data_dir is None and not _tfds_has(fv.dataset):
+    raise ValueError(f"no local copy of {fv.dataset} for tensorflow-datasets: give the"
+                     " calibration images' folder with --data_dir (e.g."
+                     " --data_dir=../shared/datasets/cifar10)")
   outputs.check_output_paths(outputs.output_paths(fv.output, fv.c_array, fv.plain_output),
                              fv.model)
   # All valid: only now load TensorFlow and the data.
