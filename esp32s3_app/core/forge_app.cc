@@ -33,6 +33,58 @@
 #include "tensorflow/lite/micro/micro_profiler_interface.h"
 #include "tensorflow/lite/schema/schema_generated.h"
 
+#if ESP_NN  // ESP-NN builds (the S3 targets): the depthwise scratch guard below.
+#if defined(__has_include)
+#if __has_include("sdkconfig.h")
+#include "sdkconfig.h"  // ESP-IDF: CONFIG_NN_OPTIMIZED, CONFIG_IDF_TARGET_* for esp_nn.h
+#endif
+#endif
+#include <esp_nn.h>
+
+#include "tensorflow/lite/c/builtin_op_data.h"
+#include "tensorflow/lite/kernels/padding.h"
+
+// ESP-NN's S3 depthwise kernel (esp_nn_depthwise_conv_s8_esp32s3, d45b843) writes
+// more scratch than its size function asks for (docs/decisions/
+// esp-nn-s3-depthwise-scratch.md), on 3x3, ch_mult 1, channels % 16 == 0 shapes:
+//  - padding (0, 0) with a right/bottom edge to pad (SAME, stride 2, even input):
+//    the kernel pads the whole input, the size function assumes row tiles once
+//    the padded input exceeds 40 KB (MobileNetV2-0.5's op 8: asks 5,344 B, writes
+//    55,936 B);
+//  - padding other than (0, 0) and (1, 1) (one axis padded): the kernel's
+//    channel-padding path (padded input + padded output), sized by the size
+//    function as the (1, 1) path.
+// Returns what the kernel writes there, ESP-NN's own size everywhere else; the app's
+// depthwise Prepare requests it and esp32s3/dw_scratch_check.c checks it.
+extern "C" int forge_esp_nn_dw_scratch_bytes(const data_dims_t* in, const data_dims_t* filter,
+                                             const data_dims_t* out,
+                                             const dw_conv_params_t* p) {
+  const int asked = esp_nn_get_depthwise_conv_scratch_size(in, filter, out, p);
+#if defined(CONFIG_NN_OPTIMIZED) && defined(CONFIG_IDF_TARGET_ESP32S3)
+  const int ch = in->channels, pw = p->padding.width, ph = p->padding.height;
+  if (p->ch_mult != 1 || ch % 16 != 0 || filter->width != 3 || filter->height != 3 ||
+      (pw == 1 && ph == 1)) {
+    return asked;
+  }
+  const int w = in->width + 2 * pw, h = in->height + 2 * ph;  // 16 | 9*ch: filter, 16 B gap
+  const int pad_right = out->width * p->stride.width + 2 - w;
+  const int pad_bottom = out->height * p->stride.height + 2 - h;
+  int written;
+  if (pw == 0 && ph == 0) {
+    if (pad_right <= 0 && pad_bottom <= 0) return asked;  // the input is used in place
+    written = 9 * ch + 16 + (w + pad_right) * (h + pad_bottom) * ch;
+  } else {
+    written = 9 * ch + 16 + (w + (pad_right > 0 ? pad_right : 0)) *
+                                (h + (pad_bottom > 0 ? pad_bottom : 0)) * ch +
+              out->width * out->height * ch;
+  }
+  return written > asked ? written : asked;
+#else
+  return asked;
+#endif
+}
+#endif  // ESP_NN
+
 namespace {
 
 constexpr int kMaxOps = 256;      // operators per model the tables can hold
@@ -272,6 +324,53 @@ void ChecksumState(TfLiteNode* node, uint32_t op) {
   }
 }
 
+#ifdef FORGE_APP_OP_DEPTHWISE_CONV_2D
+constexpr int kDepthwiseSlot = 2;
+#if ESP_NN
+// DEPTHWISE_CONV_2D's Prepare: esp-tflite-micro's, with its scratch request
+// (esp_nn_get_depthwise_conv_scratch_size's bytes) raised to what ESP-NN's S3 kernel
+// writes (forge_esp_nn_dw_scratch_bytes); Eval hands the kernel that buffer.
+int g_dw_asked = 0, g_dw_needed = 0;
+
+TfLiteStatus DepthwiseScratch(TfLiteContext* ctx, size_t bytes, int* index) {
+  if (bytes == static_cast<size_t>(g_dw_asked)) bytes = static_cast<size_t>(g_dw_needed);
+  return g_orig_scratch(ctx, bytes, index);
+}
+
+TfLiteStatus DepthwisePrepare(TfLiteContext* ctx, TfLiteNode* node) {
+  const TfLiteEvalTensor* in = ctx->GetEvalTensor(ctx, node->inputs->data[0]);
+  const TfLiteEvalTensor* f = ctx->GetEvalTensor(ctx, node->inputs->data[1]);
+  const TfLiteEvalTensor* out = ctx->GetEvalTensor(ctx, node->outputs->data[0]);
+  const auto* params = static_cast<const TfLiteDepthwiseConvParams*>(node->builtin_data);
+  g_dw_asked = g_dw_needed = 0;
+  if (in != nullptr && f != nullptr && out != nullptr && params != nullptr &&
+      in->type == kTfLiteInt8 && in->dims->size == 4 && f->dims->size == 4 &&
+      out->dims->size == 4) {
+    int out_h = 0, out_w = 0;  // the padding TFLM passes the kernel (depthwise_conv_common)
+    const TfLitePaddingValues pad = tflite::ComputePaddingHeightWidth(
+        params->stride_height, params->stride_width, params->dilation_height_factor,
+        params->dilation_width_factor, in->dims->data[1], in->dims->data[2], f->dims->data[1],
+        f->dims->data[2], params->padding, &out_h, &out_w);
+    const data_dims_t in_dims = {in->dims->data[2], in->dims->data[1], in->dims->data[3], 1};
+    const data_dims_t f_dims = {f->dims->data[2], f->dims->data[1], f->dims->data[3], 0};
+    const data_dims_t out_dims = {out->dims->data[2], out->dims->data[1], out->dims->data[3], 1};
+    dw_conv_params_t conv = {};
+    conv.ch_mult = params->depth_multiplier;
+    conv.stride = {params->stride_width, params->stride_height};
+    conv.padding = {pad.width, pad.height};
+    conv.activation = {-128, 127};
+    g_dw_asked = esp_nn_get_depthwise_conv_scratch_size(&in_dims, &f_dims, &out_dims, &conv);
+    g_dw_needed = forge_esp_nn_dw_scratch_bytes(&in_dims, &f_dims, &out_dims, &conv);
+  }
+  g_orig_scratch = ctx->RequestScratchBufferInArena;
+  if (g_dw_needed > g_dw_asked) ctx->RequestScratchBufferInArena = DepthwiseScratch;
+  const TfLiteStatus s = g_slots[kDepthwiseSlot].original.prepare(ctx, node);
+  ctx->RequestScratchBufferInArena = g_orig_scratch;
+  return s;
+}
+#endif  // ESP_NN
+#endif  // FORGE_APP_OP_DEPTHWISE_CONV_2D
+
 template <int kSlot>
 const TFLMRegistration& Wrap(const TFLMRegistration& original) {
   static_assert(kSlot < kMaxSlots, "raise kMaxSlots");
@@ -283,6 +382,11 @@ const TFLMRegistration& Wrap(const TFLMRegistration& original) {
     if (original.init != nullptr) w.wrapped.init = ForgeInit;
     if (original.prepare != nullptr) w.wrapped.prepare = ForgePrepare;
   }
+#if ESP_NN && defined(FORGE_APP_OP_DEPTHWISE_CONV_2D)
+  if (kSlot == kDepthwiseSlot && original.prepare != nullptr) {
+    w.wrapped.prepare = DepthwisePrepare;  // ESP-NN's S3 depthwise scratch (above)
+  }
+#endif
   return w.wrapped;
 }
 
@@ -394,7 +498,9 @@ TfLiteStatus FillResolver(Resolver* r) {
   if (s == kTfLiteOk) s = r->AddConv2D(Wrap<1>(tflite::Register_CONV_2D()));
 #endif
 #ifdef FORGE_APP_OP_DEPTHWISE_CONV_2D
-  if (s == kTfLiteOk) s = r->AddDepthwiseConv2D(Wrap<2>(tflite::Register_DEPTHWISE_CONV_2D()));
+  if (s == kTfLiteOk) {
+    s = r->AddDepthwiseConv2D(Wrap<kDepthwiseSlot>(tflite::Register_DEPTHWISE_CONV_2D()));
+  }
 #endif
 #ifdef FORGE_APP_OP_ADD
   if (s == kTfLiteOk) s = r->AddAdd(Wrap<3>(tflite::Register_ADD()));

@@ -97,10 +97,11 @@ def _local_components() -> str:
 
 
 def _idf_build_dir() -> str:
-  """Per checkout and per sdkconfig defaults (IDF does not re-read them once sdkconfig
-  exists, so new defaults get a fresh build folder)."""
+  """Per checkout and per configuration (IDF does not re-read sdkconfig defaults or
+  Kconfig defaults once sdkconfig exists, so new ones get a fresh build folder)."""
   h = hashlib.sha1()
-  for name in ("sdkconfig.defaults", "sdkconfig.defaults.esp32s3", "partitions.csv"):
+  for name in ("sdkconfig.defaults", "sdkconfig.defaults.esp32s3", "partitions.csv",
+               "main/Kconfig.projbuild", "../custom_ops/forge_recalib/Kconfig"):
     with open(os.path.join(APP_DIR, name), "rb") as f:
       h.update(f.read())
   return os.path.join(toolchains.build_cache(), "esp32s3-idf", h.hexdigest()[:10])

@@ -10,7 +10,8 @@ under qemu-system-xtensa -machine esp32s3, the UART log checked by verify-device
 
 Per artifact, the whole 200-image gaussian_noise-5 stream with no --arena_bytes (the
 export's own estimate): the bundled ResNet-20 with FORGE at 21 sites (adapting, and
-gated on a class-sorted stream), at 3 sites, the plain int8 model, and the FORGE
+gated on a class-sorted stream), at 3 sites, the plain int8 model (convert --sites=none:
+its manifest, no FORGE op), and the FORGE
 artifact of MLPerf Tiny's ResNet-8 (tests/deploy/test_mlperf_parity.py's conversion).
 One cold build (~8 minutes on 2 cores; the build cache keeps it per checkout); each
 further export recompiles the data and relinks. Skips (with what is missing) without
@@ -20,10 +21,12 @@ cmake/ninja, the ESP-IDF tarball, the tool chain or emulator, the snapshots or C
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
-from forge_tflm.deploy import firmware
+from forge_tflm.deploy import firmware, toolchains
 from tests.deploy import test_cortexm as cm
 from tests.deploy.test_mlperf_parity import artifact  # noqa: F401 (MLPerf ResNet-8 fixture)
 
@@ -40,9 +43,23 @@ def tools():
     pytest.skip(f"needs CIFAR-10 at {cm.DATA_DIR}")
 
 
+def r20_artifacts() -> dict[str, str]:
+  """test_cortexm's artifacts, and the plain model with a manifest (convert --sites=none:
+  the int8 model byte for byte; export-firmware needs the manifest)."""
+  paths = cm.artifact_paths()
+  plain = os.path.join(os.path.dirname(paths["forge_all"]), "r20_sites_none.tflite")
+  with toolchains.locked(plain + ".lock"):
+    if not os.path.exists(plain):
+      cmd = [sys.executable, "-m", "forge_tflm.cli.main", "convert", f"--model={cm.MODEL}",
+             f"--data_dir={cm.DATA_DIR}", f"--output={plain}", "--sites=none"]
+      r = subprocess.run(["nice"] + cmd, capture_output=True, text=True)
+      assert r.returncode == 0, r.stderr[-3000:]
+  return {**paths, "plain": plain}
+
+
 @pytest.fixture(scope="module")
 def r20(tools) -> dict[str, str]:
-  return cm.artifact_paths()
+  return r20_artifacts()
 
 
 def _run(artifact: str, tmp_path, **export_args):

@@ -1,0 +1,85 @@
+"""The ESP-IDF app (and any other target) from export to verdict, artifact by artifact.
+
+For each artifact the issue names (the bundled ResNet-20 with FORGE at 21 sites adapting
+and gated on a class-sorted stream, at 3 sites, the plain int8 model with its manifest,
+MLPerf Tiny's ResNet-8 with FORGE), calls what `forge_tflm run-firmware` calls
+(forge_tflm.deploy.firmware.run_firmware: export-firmware with its default arena, the
+target's build out of the export folder, the emulated run, verify-device) and prints one
+row per run: verdict, images identical, the accuracy the device printed and the
+evaluator's, and how long export + build + run took here (the first row of a target
+includes its cold build). Artifacts are converted once into the build cache (the tests'
+conversions, tests/deploy).
+
+    python benchmarks/run_firmware_targets.py --targets=esp32s3-idf \\
+        --output=benchmarks/results/esp32s3_idf.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+
+from benchmarks._report import command_line, dated, emit  # noqa: E402
+
+
+def artifacts() -> dict[str, str]:
+  import subprocess
+
+  from forge_tflm.deploy import toolchains
+  from tests.conftest import SHARED_MLPERF_IC
+  from tests.deploy import test_cortexm as cm
+  from tests.deploy import test_esp32s3_idf as idf
+
+  r20 = idf.r20_artifacts()
+  r8 = os.path.join(toolchains.build_cache(), "bench_artifacts", "r8_forge.tflite")
+  if not os.path.exists(r8):  # as tests/deploy/test_mlperf_parity.py converts it
+    subprocess.run([sys.executable, "-m", "forge_tflm.cli.main", "convert",
+                    f"--model={os.path.join(SHARED_MLPERF_IC, 'pretrainedResnet_quant.tflite')}",
+                    f"--data_dir={cm.DATA_DIR}", f"--output={r8}", "--input_range=0,255",
+                    "--calibration_size=200"], check=True, capture_output=True)
+  return {"ResNet-20, 21 sites": r20["forge_all"], "ResNet-20, 3 sites": r20["forge_3"],
+          "ResNet-20 plain (no site)": r20["plain"], "MLPerf ResNet-8, 9 sites": r8,
+          "_data": cm.DATA_DIR}
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--targets", default="esp32s3-idf")
+  parser.add_argument("--images", type=int, default=200)
+  parser.add_argument("--output")
+  args = parser.parse_args(argv)
+  from forge_tflm.deploy import firmware
+  from forge_tflm.evaluation import field_streams
+
+  arts = artifacts()
+  data = arts.pop("_data")
+  runs = [(name, path, {}) for name, path in arts.items()]
+  runs.insert(1, ("ResNet-20, 21 sites, gated, class-sorted", arts["ResNet-20, 21 sites"],
+                  {"mode": "gated", "label_order": field_streams.LabelOrder("sorted", None, 1)}))
+  lines = [dated(command_line("run_firmware_targets.py", argv)), "",
+           "| target | artifact | images | verdict | identical | device / evaluator top-1 |"
+           " seconds (export, build, run) |", "| --- | --- | ---: | --- | ---: | ---: | ---: |"]
+  for target in args.targets.split(","):
+    for name, path, extra in runs:
+      with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.time()
+        r = firmware.run_firmware(path, target, tmp, data_dir=data, images=args.images,
+                                  **extra)
+        v = r.verification
+        lines.append(f"| {target} | {name} | {v.images_expected} | "
+                     f"{'BIT-EXACT' if v.ok else 'NOT VERIFIED'} | {v.identical} | "
+                     f"{100 * (v.accuracy_device or 0):.1f}% / "
+                     f"{100 * v.accuracy_expected:.1f}% | {time.time() - t0:.0f} |")
+        print(lines[-1], flush=True)
+  emit("\n".join(lines) + "\n", args.output)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
