@@ -130,7 +130,7 @@ def _build_helper(out: str) -> None:
 
 
 @functools.lru_cache(maxsize=1)
-def _helper() -> ctypes.CDLL:
+def scratch_size_library() -> ctypes.CDLL:
   """The compiled helper, built once per helper source and snapshot set."""
   from forge_tflm.deploy import toolchains
 
@@ -185,7 +185,7 @@ def op_scratch(model, op, kernels: str) -> list[int]:
   name, family = tg.op_name(model, op), KERNELS.index(kernels)
   # input, weights (or MEAN's axis; [] for one-input ops), output
   shapes = [_shape(sg, op.inputs, 0), _shape(sg, op.inputs, 1), _shape(sg, op.outputs, 0)]
-  lib = _helper()
+  lib = scratch_size_library()
   if name in ("CONV_2D", "DEPTHWISE_CONV_2D"):
     return [_conv_scratch(lib, family, name, shapes, op.builtinOptions)]
   if name == "FULLY_CONNECTED" and len(shapes[2]) == 2:

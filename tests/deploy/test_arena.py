@@ -46,7 +46,7 @@ def helper():
   from forge_tflm.deploy import toolchains
 
   try:
-    return arena._helper()
+    return arena.scratch_size_library()
   except toolchains.ToolMissing as e:
     pytest.skip(str(e))
 
