@@ -12,6 +12,16 @@ conversions, tests/deploy).
 
     python benchmarks/run_firmware_targets.py --targets=esp32s3-idf \\
         --output=benchmarks/results/esp32s3_idf.txt
+
+--cost (ESP-IDF app): the ResNet-20 plain and with FORGE at 21 sites (the op's _ansi core,
+the app's default, and its S3 variant, CONFIG_FORGE_RECALIB_OPTIMIZED=y), trace=none,
+under qemu's -icount shift=0, where CCOUNT counts executed instructions at a fixed rate:
+per inference, CCOUNT ticks, FORGE's share and the increase over plain, the figures of
+benchmarks/results/esp32s3_cost.txt (the bare-metal app) for the IDF build. Emulated
+instructions, not cycles or energy.
+
+    python benchmarks/run_firmware_targets.py --cost --images=4 \\
+        --output=benchmarks/results/esp32s3_idf_cost.txt
 """
 
 from __future__ import annotations
@@ -48,16 +58,50 @@ def artifacts() -> dict[str, str]:
           "_data": cm.DATA_DIR}
 
 
+def cost(arts: dict, data: str, images: int, argv) -> list[str]:
+  from forge_tflm.deploy import firmware, parse_app_output
+
+  none = ("CONFIG_FORGE_APP_TRACE_NONE=y",)
+  runs = (("plain int8 (no site)", arts["ResNet-20 plain (no site)"], none),
+          ("FORGE, 21 sites, _ansi core (default)", arts["ResNet-20, 21 sites"], none),
+          ("FORGE, 21 sites, S3 variant", arts["ResNet-20, 21 sites"],
+           none + ("CONFIG_FORGE_RECALIB_OPTIMIZED=y",)))
+  lines = [dated(command_line("run_firmware_targets.py", argv)), "",
+           f"ESP-IDF app, ResNet-20, first {images} gaussian_noise-5 images, FORGE adapting,"
+           " trace=none, qemu-system-xtensa -machine esp32s3 -icount shift=0 (CCOUNT ticks"
+           " count executed instructions at a fixed rate; not cycles or energy)", "",
+           "| build | CCOUNT ticks/inference | FORGE ticks | FORGE share | vs plain |",
+           "| --- | ---: | ---: | ---: | ---: |"]
+  plain = None
+  for name, path, config in runs:
+    with tempfile.TemporaryDirectory() as tmp:
+      r = firmware.run_firmware(path, "esp32s3-idf", tmp, data_dir=data, images=images,
+                                idf_config=config, icount=True)
+      run = parse_app_output(open(r.run.log_path, errors="replace").read())
+    per = float(run.ticks.mean())
+    forge = run.cost_type.get("FORGE_RECALIB", {}).get("ticks", 0) / len(run.ticks)
+    plain = per if plain is None else plain
+    total = sum(c["ticks"] for c in run.cost_type.values()) / len(run.ticks)
+    lines.append(f"| {name} | {per:,.0f} | {forge:,.0f} | {100 * forge / total:.2f}% | "
+                 f"{100 * (per / plain - 1):+.1f}% |")
+    print(lines[-1], flush=True)
+  return lines
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--targets", default="esp32s3-idf")
   parser.add_argument("--images", type=int, default=200)
+  parser.add_argument("--cost", action="store_true")
   parser.add_argument("--output")
   args = parser.parse_args(argv)
   from forge_tflm.deploy import firmware
   from forge_tflm.evaluation import field_streams
 
   arts = artifacts()
+  if args.cost:
+    emit("\n".join(cost(arts, arts.pop("_data"), args.images, argv)) + "\n", args.output)
+    return 0
   data = arts.pop("_data")
   runs = [(name, path, {}) for name, path in arts.items()]
   runs.insert(1, ("ResNet-20, 21 sites, gated, class-sorted", arts["ResNet-20, 21 sites"],

@@ -96,10 +96,10 @@ def _local_components() -> str:
   return root
 
 
-def _idf_build_dir() -> str:
+def _idf_build_dir(config: tuple[str, ...] = ()) -> str:
   """Per checkout and per configuration (IDF does not re-read sdkconfig defaults or
   Kconfig defaults once sdkconfig exists, so new ones get a fresh build folder)."""
-  h = hashlib.sha1()
+  h = hashlib.sha1("\n".join(config).encode())
   for name in ("sdkconfig.defaults", "sdkconfig.defaults.esp32s3", "partitions.csv",
                "main/Kconfig.projbuild", "../custom_ops/forge_recalib/Kconfig"):
     with open(os.path.join(APP_DIR, name), "rb") as f:
@@ -107,17 +107,26 @@ def _idf_build_dir() -> str:
   return os.path.join(toolchains.build_cache(), "esp32s3-idf", h.hexdigest()[:10])
 
 
-def build_esp32s3_idf(export_dir: str, flash_out: str, progress=None) -> str:
+def build_esp32s3_idf(export_dir: str, flash_out: str, progress=None,
+                      config: tuple[str, ...] = ()) -> str:
   """idf.py build of esp32s3_app with `export_dir`'s arrays; writes the merged flash
-  image (bootloader, partition table, app) to `flash_out` and returns it."""
+  image (bootloader, partition table, app) to `flash_out` and returns it. `config`:
+  sdkconfig lines over the app's defaults (e.g. CONFIG_FORGE_APP_TRACE_NONE=y), a build
+  folder of their own."""
   idf = toolchains.esp_idf(progress)
   components = _local_components()
-  build = _idf_build_dir()
+  build = _idf_build_dir(config)
   env = idf.environ()
+  defaults = [os.path.join(APP_DIR, "sdkconfig.defaults")]  # IDF adds its .esp32s3
+  if config:
+    defaults.append(build + ".defaults")
+    with open(defaults[-1], "w") as f:
+      f.write("\n".join(config) + "\n")
   with toolchains.locked(build + ".lock"):
     _say(progress, f"idf.py build in {build}")
     _run_build(idf.idf_py() + [
         "-B", build, "-DIDF_TARGET=esp32s3", f"-DSDKCONFIG={build}/sdkconfig",
+        f"-DSDKCONFIG_DEFAULTS={';'.join(defaults)}",
         f"-DFORGE_APP_GENERATED={os.path.abspath(export_dir)}",
         f"-DFORGE_APP_LOCAL_COMPONENTS={components}", "build"], env, "idf.py build", progress)
     os.makedirs(os.path.dirname(os.path.abspath(flash_out)), exist_ok=True)
@@ -329,9 +338,12 @@ class FirmwareResult:
 
 
 def build_and_run(target: str, export_dir: str, run_dir: str, *, timeout: float = 1800,
-                  progress=None) -> DeviceRun:
+                  progress=None, idf_config: tuple[str, ...] = (),
+                  icount: bool = False) -> DeviceRun:
   """Builds `export_dir` (export-firmware's folder) for `target`, runs it under the
-  emulator and returns the run, its log in run_dir/device.log."""
+  emulator and returns the run, its log in run_dir/device.log. esp32s3-idf only:
+  `idf_config` (sdkconfig lines, build_esp32s3_idf) and `icount` (QEMU's -icount
+  shift=0: CCOUNT then counts executed instructions, not host time)."""
   if target not in TARGETS:
     raise ValueError(f"unknown target {target!r}: one of {', '.join(TARGETS)}")
   from forge_tflm.deploy.export import load_expected
@@ -340,10 +352,11 @@ def build_and_run(target: str, export_dir: str, run_dir: str, *, timeout: float 
   images = expected["images"]
   os.makedirs(run_dir, exist_ok=True)
   if target == "esp32s3-idf":
-    flash = build_esp32s3_idf(export_dir, os.path.join(run_dir, "flash.bin"), progress)
+    flash = build_esp32s3_idf(export_dir, os.path.join(run_dir, "flash.bin"), progress,
+                              idf_config)
     _say(progress, f"{target}: booting {flash} under qemu-system-xtensa -machine esp32s3")
     return run_esp32s3_flash(flash, os.path.join(run_dir, "device.log"), timeout=timeout,
-                             progress=progress, images=images)
+                             progress=progress, images=images, icount=icount)
   if target == "host":
     cmd = _build_host(export_dir, run_dir, expected, progress)
   elif target == "esp32s3":
@@ -364,7 +377,8 @@ def verify_run(run: DeviceRun, export_dir: str):
 
 
 def run_firmware(artifact: str, target: str, out_dir: str, *, timeout: float = 1800,
-                 progress=None, **export_args) -> FirmwareResult:
+                 progress=None, idf_config: tuple[str, ...] = (), icount: bool = False,
+                 **export_args) -> FirmwareResult:
   """export-firmware into out_dir/export, build for `target`, run under its emulator
   (log: out_dir/device.log) and verify the log against the export."""
   from forge_tflm.deploy.export import export_firmware
@@ -375,6 +389,7 @@ def run_firmware(artifact: str, target: str, out_dir: str, *, timeout: float = 1
   export_dir = os.path.join(out_dir, "export")
   _say(progress, f"exporting {artifact} into {export_dir}")
   export_firmware(artifact, export_dir, **export_args)
-  run = build_and_run(target, export_dir, out_dir, timeout=timeout, progress=progress)
+  run = build_and_run(target, export_dir, out_dir, timeout=timeout, progress=progress,
+                      idf_config=idf_config, icount=icount)
   return FirmwareResult(target=target, export_dir=export_dir, run=run,
                         verification=verify_run(run, export_dir))
