@@ -57,6 +57,8 @@ class ExperimentContext:
   dataset_dirs: dict = dataclasses.field(default_factory=dict)
   # TrainConfig overrides for experiments that must train a model (e.g. {"epochs": 1}).
   train: dict = dataclasses.field(default_factory=dict)
+  # ConvertOptions overrides (e.g. {"clean_check": "warn"} for a model trained 1 epoch).
+  convert: dict = dataclasses.field(default_factory=dict)
 
   def output_dir(self, name: str) -> str:
     return os.path.join(self.output_root, name)
@@ -108,7 +110,7 @@ def converted_artifact(ctx: ExperimentContext, source: str, dataset: str,
 
   logging.info("converting %s (sites: %s) to %s", source, sites, path)
   calibration = load_dataset(dataset, "train", ctx.dataset_dir(dataset))
-  options = ConvertOptions(sites=sites if sites == "all" else tuple(sites))
+  options = ConvertOptions(sites=sites if sites == "all" else tuple(sites), **ctx.convert)
   convert(source, path, calibration, options,
           command=f"forge_tflm.experiments.common.converted_artifact({source!r},"
                   f" {dataset!r}, {sites!r})")
