@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -58,6 +57,7 @@ import numpy as np
 import pytest
 
 from forge_tflm.artifact import Artifact
+from forge_tflm.deploy.toolchains import locked as _locked
 from tests import third_party
 from tests.conftest import REPO_ROOT, SHARED_DATASETS
 from tests.deploy.parity import check_parity
@@ -91,14 +91,6 @@ TIMINGS: dict[str, float] = {}
 # ------------------------------------------------------------ tools, helpers
 
 missing_tools = third_party.missing_arm_tools
-
-
-@contextlib.contextmanager
-def _locked(path):
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  with open(path, "w") as lock:
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    yield
 
 
 @contextlib.contextmanager

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import fcntl
 import glob
 import hashlib
 import json
@@ -43,6 +42,7 @@ import time
 import numpy as np
 import pytest
 
+from forge_tflm.deploy.toolchains import locked as _locked
 from tests import third_party
 from tests.deploy.parity import check_parity
 from tests.conftest import REPO_ROOT, SHARED_DATASETS
@@ -55,14 +55,6 @@ TARGETS = ("reference", "esp_nn")
 ARTIFACTS = ("forge_all", "forge_3", "plain")
 TIMINGS: dict[str, float] = {}
 INPUTS: dict[str, str] = {}  # artifact name -> int8 image file (runs fixture)
-
-
-@contextlib.contextmanager
-def _locked(path):
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  with open(path, "w") as lock:
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    yield
 
 
 def _timed(key):
