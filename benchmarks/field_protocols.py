@@ -31,6 +31,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 from benchmarks._report import emit  # noqa: E402
+from forge_tflm.evaluation import report  # noqa: E402
 
 SHUFFLED = "shuffled (reset each shift)"
 CONTINUAL = "continual: 15 corruptions back to back, no reset"
@@ -43,7 +44,6 @@ SETTINGS = {
     "gradual: severity 1-5-1 per corruption, no reset": ["--protocol=gradual"],
     "mixed: 15 corruptions interleaved image by image": ["--protocol=mixed"],
 }
-HURT_POINTS = 1.0
 
 
 def per_corruption(doc: dict, method: str) -> dict[str, float]:
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
     return float(np.mean(list(d.values())))
 
   def hurts(acc, m):
-    return [c for c in acc["source"] if acc[m][c] < acc["source"][c] - HURT_POINTS]
+    return report.hurt_streams({c: acc[m][c] - acc["source"][c] for c in acc["source"]})
 
   shuffled = dict((label, acc) for label, acc, _ in rows).get(SHUFFLED)
   head = ("| stream order | int8 source | FORGE | hurts | FORGE + gate | hurts | worst "
@@ -129,7 +129,7 @@ def main(argv=None) -> int:
            f"{args.gate_period}"
            + (f" --gate_label_window={args.gate_label_window}"
               if args.gate_label_window is not None else "")
-           + f"; hurts = corruptions more than {HURT_POINTS:g} point under "
+           + f"; hurts = corruptions more than {report.HURT_POINTS:g} point under "
            "the int8 source; probed = share of the images the gate ran twice (both paths),"
            " mean over the streams and orderings", "", head, sep]
   for label, acc, probed in rows:

@@ -75,6 +75,10 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
                        lower_bound=1, flag_values=fv)
   flags.DEFINE_integer("seed", 0, "Seed of orderings, corruptions and subsets.",
                        flag_values=fv)
+  flags.DEFINE_float("hurt_threshold", 1.0, "A method hurts a stream when its mean"
+                     " accuracy is more than this many points under its source's (the"
+                     " results' 'hurt' lists and the docs use this one definition).",
+                     lower_bound=0.0, flag_values=fv)
   flags.DEFINE_enum("kernels", "optimized", ["optimized", "reference"],
                     "reference = device numerics (BUILTIN_REF); optimized = fast.",
                     flag_values=fv)
@@ -301,7 +305,8 @@ def run(fv: flags.FlagValues, command: str) -> int:
   doc = run_evaluation(config, streams, artifact_path=fv.artifact,
                        keras_path=fv.keras_model, output_dir=fv.output_dir,
                        command=command, data_description=description,
-                       resume=fv.resume, executor=executor_from_flags(fv))
+                       resume=fv.resume, executor=executor_from_flags(fv),
+                       hurt_threshold=fv.hurt_threshold)
   from forge_tflm.evaluation.report import to_markdown
   print(to_markdown(doc["results"], doc["gate"], doc.get("gate_periodic")))
   return 0

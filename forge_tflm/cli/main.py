@@ -19,8 +19,8 @@ from forge_tflm.quiet import hide_framework_logs
 # name -> (module, one-line summary). Only subcommands that exist are listed.
 SUBCOMMANDS = {
     "convert": ("forge_tflm.cli.convert_cmd",
-                "float Keras or ONNX model -> full-int8 .tflite with FORGE_RECALIB +"
-                " manifest"),
+                "float Keras / ONNX model or the int8 .tflite you ship -> full-int8"
+                " .tflite with FORGE_RECALIB + manifest"),
     "eval": ("forge_tflm.cli.eval_cmd",
              "stream corrupted images through the artifact and baselines; JSON/CSV/MD/PNG"),
     "select": ("forge_tflm.cli.select_cmd",
@@ -54,6 +54,30 @@ def _usage() -> str:
   return "\n".join(lines)
 
 
+def _is_required(flag) -> bool:
+  # absl keeps `required=True` only as this validator on the flag.
+  return any(getattr(v, "message", "").endswith("must have a value other than None.")
+             for v in flag.validators)
+
+
+def _help(name: str, module, flag_values: flags.FlagValues) -> str:
+  """The subcommand's doc, then its required flags, then the others (alphabetical)."""
+  positional = getattr(module, "POSITIONAL", None)
+  every = sorted({id(f): f for f in flag_values._flags().values()}.values(),
+                 key=lambda f: f.name)
+  required = [f for f in every if f.name == positional or _is_required(f)]
+  usage = f"forge_tflm {name}" + (f" {positional.upper()}" if positional else "")
+  lines = [f"usage: {usage} [--flags]", "", module.__doc__.strip(), ""]
+  if required:
+    lines.append("required" + (f" ({positional.upper()} may be given as --{positional})"
+                               if positional else "") + ":")
+    flag_values._render_flag_list(required, lines)
+    lines.append("")
+  lines.append("optional:")
+  flag_values._render_flag_list([f for f in every if f not in required], lines)
+  return "\n".join(lines)
+
+
 def _parse(flag_values: flags.FlagValues, argv: list[str], positional: str | None) -> None:
   """Parses flags; a subcommand with a `POSITIONAL` flag name also takes that flag's
   value as its one positional argument (`forge_tflm verify-device LOG`)."""
@@ -82,10 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                     " logging (hidden by default).", flag_values=flag_values)
   sub_argv = [f"forge_tflm {name}"] + argv[2:]
   if any(a in ("-h", "--help", "--helpfull") for a in argv[2:]):
-    print(f"usage: forge_tflm {name} [--flags]\n\n{module.__doc__.strip()}\n")
-    # All of the subcommand's flags (main_module_help() would show only those of
-    # whichever module runs as __main__, e.g. this one under `python -m`).
-    print(flag_values.get_help())
+    print(_help(name, module, flag_values))
     return 0
   try:
     _parse(flag_values, sub_argv, getattr(module, "POSITIONAL", None))

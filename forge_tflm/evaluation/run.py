@@ -24,7 +24,8 @@ from forge_tflm.evaluation.protocol import (FP32_NAMES, INT8_NAMES, EvalConfig,
 def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | None,
                    keras_path: str | None, output_dir: str | None, command: str,
                    data_description: str, show_progress: bool = True,
-                   resume: bool = False, executor=None) -> dict:
+                   resume: bool = False, executor=None,
+                   hurt_threshold: float = report.HURT_POINTS) -> dict:
   """Evaluates, writes results.{json,csv,md,png} to output_dir; returns the JSON doc.
 
   With output_dir, each finished stream's results are saved at once
@@ -37,6 +38,9 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
   executor (forge_tflm.sweep; default inline): where the streams run, one unit per
   stream. Results do not depend on it: each stream resets every method, and its
   orders are drawn here.
+
+  hurt_threshold: points under its source at which a method counts as hurting a
+  stream (report.hurt_streams); it only labels results, so resume ignores it.
   """
   artifact = check_inputs(config, artifact_path, keras_path, output_dir)
   if resume and not output_dir:
@@ -115,7 +119,7 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
   meta["stream_orders"] = {s.name: s.spec for s in streams}
   meta["resume"] = {"resumed": bool(done), "streams_from_earlier_runs": list(done),
                     "streams_evaluated_now": [s.name for s in todo]}
-  table = report.summarize(raw)
+  table = report.summarize(raw, hurt_threshold)
   if output_dir:
     paths = report.write_all(output_dir, table, meta, raw)
     store.finish()

@@ -33,6 +33,22 @@ def test_every_listed_subcommand_has_help(capsys):
     assert f"forge_tflm {name}" in capsys.readouterr().out
 
 
+def test_help_names_the_int8_input_and_lists_required_flags_first(capsys):
+  assert cli.main(["forge_tflm", "--help"]) == 0
+  convert_line = next(line for line in capsys.readouterr().out.splitlines()
+                      if line.strip().startswith("convert"))
+  assert "int8 .tflite" in convert_line
+  assert cli.main(["forge_tflm", "convert", "--help"]) == 0
+  out = capsys.readouterr().out
+  required, optional = out.split("\nrequired:\n")[1].split("\noptional:\n")
+  assert "--model:" in required and "--output:" in required
+  assert "--data_dir:" not in required and "--data_dir:" in optional
+  assert cli.main(["forge_tflm", "run-firmware", "--help"]) == 0
+  out = capsys.readouterr().out
+  assert out.startswith("usage: forge_tflm run-firmware ARTIFACT [--flags]")
+  assert "--artifact:" in out.split("optional:")[0]
+
+
 def test_bad_flag_is_a_one_line_usage_error(capsys):
   assert cli.main(["forge_tflm", "train", "--no_such_flag=1"]) == 2
   err = capsys.readouterr().err.strip()

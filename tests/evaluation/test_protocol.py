@@ -143,3 +143,53 @@ def test_summary_recovery_and_hurt():
   assert t["forge"]["streams"]["a"]["recovery_mean"] == pytest.approx(25.0)
   assert t["forge"]["summary"]["hurt"] == ["b"]
   assert t["forge"]["summary"]["mean_recovery"] == pytest.approx((25.0 - 5.0) / 2)
+
+
+def test_hurt_is_more_than_the_threshold_under_the_source():
+  # "b" is 0.5 point under its source: within the default 1-point threshold, a hurt at 0.
+  raw = {"accuracy": {"source": {"a": [0.500], "b": [0.600]},
+                      "forge": {"a": [0.480], "b": [0.595]}}}
+  t = report.summarize(raw)
+  assert t["forge"]["summary"]["hurt"] == ["a"]
+  assert t["forge"]["summary"]["hurt_threshold"] == report.HURT_POINTS == 1.0
+  assert report.summarize(raw, hurt_threshold=0.0)["forge"]["summary"]["hurt"] == ["a", "b"]
+  md = report.to_markdown(t)
+  assert "Hurt = more than 1 point(s) under the source: forge: a" in md
+
+
+def _bars(png: bytes):
+  """The chart's bars and error-bar lines, re-drawn the way plot_png draws them."""
+  from unittest import mock
+
+  import matplotlib.axes
+  calls = []
+  real = matplotlib.axes.Axes.bar
+
+  def spy(self, *args, **kwargs):
+    calls.append(kwargs)
+    return real(self, *args, **kwargs)
+
+  with mock.patch.object(matplotlib.axes.Axes, "bar", spy):
+    png()
+  return calls
+
+
+def test_chart_has_a_mean_bar_and_error_bars_only_over_several_orderings():
+  one = report.summarize({"accuracy": {"source": {"a": [0.5], "b": [0.6]},
+                                       "forge": {"a": [0.7], "b": [0.8]}}})
+  calls = _bars(lambda: report.plot_png(one, "t"))
+  assert [c["yerr"] for c in calls] == [None, None]
+  three = report.summarize({"accuracy": {"source": {"a": [0.5, 0.6, 0.7], "b": [0.6] * 3},
+                                         "forge": {"a": [0.7] * 3, "b": [0.8] * 3}}})
+  calls = _bars(lambda: report.plot_png(three, "t"))
+  assert all(len(c["yerr"]) == 3 for c in calls)  # a, b and the mean
+  assert calls[0]["yerr"][0] == pytest.approx(100 * np.std([0.5, 0.6, 0.7]))
+
+
+def test_chart_title_names_model_stream_and_batch():
+  meta = {"artifact": {"path": "runs/r20_forge.tflite"},
+          "data": "cifar10 test, generated corruptions, severity 5",
+          "config": {"batch_size": 64, "orderings": 1}}
+  title = report.plot_title(meta)
+  assert "r20_forge.tflite" in title and "severity 5" in title
+  assert "batch 64, 1 ordering;" in title
