@@ -17,8 +17,9 @@ import warnings
 import numpy as np
 from absl import logging
 
+from forge_tflm import model_check
 from forge_tflm import tflite_graph as tg
-from forge_tflm.converter.sites import BNSite, ConversionError, first_line
+from forge_tflm.converter.sites import BNSite, ConversionError
 from forge_tflm.quiet import native_output_hidden
 from forge_tflm.ops.options import DEFAULT_EPS, activation_from_tflite
 
@@ -80,10 +81,13 @@ class TfliteFrontend:
       self.data = f.read()
     if self.data[4:8] != tg.FILE_IDENTIFIER:
       raise ConversionError(f"{path!r} is not a TFLite flatbuffer (no TFL3 identifier)")
+    # The evaluator's and devices' structural checks, before any interpreter sees it:
+    # LiteRT and TFLM trust indices, shapes and scales (a -1 index is a segfault).
     try:
-      self.model_t = tg.load_model(self.data)
-    except Exception as e:
-      raise ConversionError(f"cannot read TFLite model {path!r}: {first_line(e)}") from e
+      self.model_t = model_check.check_model(self.data, path)
+    except model_check.ModelCheckError as e:
+      raise ConversionError(f"{e} (convert reads a full-int8 .tflite: int8 input, output"
+                            " and convs, as TFLite-Micro runs it)") from e
     self._check_int8()
     self.convs = self._read_convs()
 

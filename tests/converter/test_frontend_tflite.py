@@ -128,7 +128,7 @@ def test_refuses_what_is_not_a_plain_int8_model(plain, measured, tmp_path, what)
   with open(path, "wb") as f:
     f.write(data)
   message = {"not_tflite": "not a TFLite flatbuffer", "artifact": "already has FORGE_RECALIB",
-             "float": "not int8"}[what]
+             "float": "is FLOAT32.*full-int8 .tflite"}[what]
   with pytest.raises(ConversionError, match=message):
     convert(path, str(tmp_path / "out.tflite"), _calibration())
 
@@ -184,3 +184,62 @@ def test_manifest_records_measured_targets(measured):
   _, out = measured
   with open(os.path.splitext(out)[0] + ".json") as f:
     assert json.load(f)["targets"] == {"source": "measured", "images": N}
+
+
+def _op(model, name):
+  sg = model.subgraphs[0]
+  return next(op for op in sg.operators if tg.op_name(model, op) == name)
+
+
+def _mutate_add_input(m): _op(m, "ADD").inputs[0] = -1
+def _mutate_graph_output(m): m.subgraphs[0].outputs[0] = -1
+def _mutate_add_scale(m): m.subgraphs[0].tensors[_op(m, "ADD").outputs[0]].quantization.scale[0] = 0.0
+def _mutate_conv_options(m): _op(m, "CONV_2D").builtinOptions = None
+def _mutate_opcode_index(m): _op(m, "CONV_2D").opcodeIndex = len(m.operatorCodes) + 3
+def _mutate_conv_output(m): _op(m, "CONV_2D").outputs[0] = len(m.subgraphs[0].tensors) + 7
+def _mutate_scalar_output(m): m.subgraphs[0].tensors[_op(m, "CONV_2D").outputs[0]].shape = []
+def _mutate_conv_input(m): _op(m, "CONV_2D").inputs[0] = -2
+def _mutate_output_zero_point(m):
+  sg = m.subgraphs[0]
+  sg.tensors[sg.outputs[0]].quantization.zeroPoint[0] = 128
+def _mutate_batch(value):
+  def mutate(m):
+    sg = m.subgraphs[0]
+    sg.tensors[sg.inputs[0]].shape[0] = value
+  return mutate
+def _mutate_no_subgraphs(m): m.subgraphs = []
+def _mutate_bias_buffer(m):
+  sg = m.subgraphs[0]
+  sg.tensors[_op(m, "CONV_2D").inputs[2]].buffer = len(m.buffers) + 5
+def _mutate_version(m): m.version = 2
+
+
+# Issue 53: each crashed convert (SIGSEGV, SIGABRT) or ended in a traceback or a
+# multi-line error before the int8 input ran the evaluator's model checks.
+DOOR_MUTANTS = {
+    "add_input_-1": _mutate_add_input, "graph_output_-1": _mutate_graph_output,
+    "add_output_scale_0": _mutate_add_scale, "conv_without_options": _mutate_conv_options,
+    "opcode_index_out_of_range": _mutate_opcode_index,
+    "conv_output_out_of_range": _mutate_conv_output, "scalar_conv_output": _mutate_scalar_output,
+    "conv_input_-2": _mutate_conv_input, "output_zero_point_128": _mutate_output_zero_point,
+    "batch_0": _mutate_batch(0), "batch_-1": _mutate_batch(-1),
+    "no_subgraphs": _mutate_no_subgraphs, "bias_buffer_out_of_range": _mutate_bias_buffer,
+    "schema_version_2": _mutate_version,
+}
+
+
+@pytest.mark.parametrize("name", sorted(DOOR_MUTANTS))
+def test_a_malformed_int8_model_is_refused_in_one_line(plain, tmp_path, name):
+  _, path, _ = plain
+  with open(path, "rb") as f:
+    model = tg.load_model(f.read())
+  if name == "bias_buffer_out_of_range" and len(_op(model, "CONV_2D").inputs) < 3:
+    _op(model, "CONV_2D").inputs.append(0)  # Bias-free conv: give it one to break.
+  DOOR_MUTANTS[name](model)
+  mutant = str(tmp_path / "mutant.tflite")
+  with open(mutant, "wb") as f:
+    f.write(tg.save_model(model))
+  with pytest.raises(ConversionError) as e:
+    convert(mutant, str(tmp_path / "out.tflite"), _calibration())
+  assert "\n" not in str(e.value) and mutant in str(e.value)
+  assert os.listdir(tmp_path) == ["mutant.tflite"]  # Nothing written.
