@@ -41,6 +41,9 @@ CORTEXM = {"cortex-m4f": ("an386", "mps2-an386"), "cortex-m55": ("an547", "mps3-
            "cortex-m3": ("an385", "mps2-an385")}
 TARGETS = ("host", *CORTEXM, "esp32s3", "esp32s3-idf")
 FLASH_SIZE = "4MB"  # partitions.csv fits the smallest common S3 module
+# Quad PSRAM as on ESP32-S3 N8R2 modules (the emulator's only PSRAM mode): the app puts
+# arenas above CONFIG_FORGE_APP_ARENA_INTERNAL_MAX there.
+ESP32S3_PSRAM = "2M"
 # The app's last record; a panic makes IDF reboot, which would loop forever.
 _END = re.compile(r"^done ")
 _CRASH = ("Guru Meditation Error", "Rebooting...", "abort() was called")
@@ -148,7 +151,7 @@ def run_esp32s3_flash(flash: str, log_path: str, *, timeout: float = 1800,
   _, qemu = toolchains.esp32s3_tools()
   # -nographic: UART0 on stdout (QEMU's monitor multiplexed on it, never used).
   cmd = [os.path.join(qemu, "bin", "qemu-system-xtensa"), "-nographic", "-machine",
-         "esp32s3", "-L", os.path.join(qemu, "share"),
+         "esp32s3", "-m", ESP32S3_PSRAM, "-L", os.path.join(qemu, "share"),
          "-drive", f"file={flash},if=mtd,format=raw"]
   cmd += ["-icount", "shift=0"] if icount else []
   return _console_run("esp32s3-idf", cmd, log_path, timeout, progress, images)

@@ -81,11 +81,14 @@ def to_markdown(table: dict, gate: dict | None = None,
   streams = list(next(iter(table.values()))["streams"]) if table else []
   lines = ["| stream | " + " | ".join(methods) + " |",
            "| --- | " + " | ".join("---:" for _ in methods) + " |"]
+  several = any(len(t["streams"][s]["accuracy"]) > 1 for t in table.values()
+                for s in streams)
   for s in streams:
     cells = []
     for m in methods:
       row = table[m]["streams"][s]
-      cell = f"{row['accuracy_mean']:.1f} ± {row['accuracy_std']:.1f}"
+      cell = f"{row['accuracy_mean']:.1f}"
+      cell += f" ± {row['accuracy_std']:.1f}" if several else ""
       if "recovery_mean" in row:
         cell += f" ({row['recovery_mean']:+.1f})"
       cells.append(cell)
@@ -101,16 +104,19 @@ def to_markdown(table: dict, gate: dict | None = None,
     su = table[m]["summary"]
     cell = f"{su['mean_accuracy']:.1f}" if su["mean_accuracy"] is not None else ""
     if su.get("mean_recovery") is not None:
-      cell += f" ({su['mean_recovery']:+.1f} ± {su['mean_recovery_std']:.1f})"
+      cell += (f" ({su['mean_recovery']:+.1f} ± {su['mean_recovery_std']:.1f})" if several
+               else f" ({su['mean_recovery']:+.1f})")
     mean_cells.append(cell)
   lines.append("| **mean (corrupted)** | " + " | ".join(mean_cells) + " |")
   hurt = {m: table[m]["summary"].get("hurt") for m in methods
           if table[m]["summary"].get("hurt")}
   thresholds = {table[m]["summary"].get("hurt_threshold") for m in methods} - {None}
-  points = f"{thresholds.pop():g}" if len(thresholds) == 1 else f"{HURT_POINTS:g}"
+  points = thresholds.pop() if len(thresholds) == 1 else HURT_POINTS
   lines.append("")
-  lines.append("Accuracy % mean ± std over orderings; (recovery vs the method's source)."
-               f" Hurt = more than {points} point(s) under the source:"
+  lines.append(("Accuracy % mean ± std over orderings" if several else
+                "Accuracy % (one ordering)") + "; (recovery vs the method's source)."
+               f" Hurt = more than {points:g} point{'' if points == 1 else 's'} under the"
+               " source:"
                + (" " + "; ".join(f"{m}: {', '.join(h)}" for m, h in hurt.items())
                   if hurt else " none."))
   return "\n".join(lines) + "\n"

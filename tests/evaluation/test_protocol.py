@@ -154,7 +154,7 @@ def test_hurt_is_more_than_the_threshold_under_the_source():
   assert t["forge"]["summary"]["hurt_threshold"] == report.HURT_POINTS == 1.0
   assert report.summarize(raw, hurt_threshold=0.0)["forge"]["summary"]["hurt"] == ["a", "b"]
   md = report.to_markdown(t)
-  assert "Hurt = more than 1 point(s) under the source: forge: a" in md
+  assert "Hurt = more than 1 point under the source: forge: a" in md
 
 
 def _bars(png: bytes):
