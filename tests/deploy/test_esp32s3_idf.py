@@ -11,8 +11,9 @@ under qemu-system-xtensa -machine esp32s3, the UART log checked by verify-device
 Per artifact, the whole 200-image gaussian_noise-5 stream with no --arena_bytes (the
 export's own estimate): the bundled ResNet-20 with FORGE at 21 sites (adapting, and
 gated on a class-sorted stream), at 3 sites, the plain int8 model (convert --sites=none:
-its manifest, no FORGE op), and the FORGE
-artifact of MLPerf Tiny's ResNet-8 (tests/deploy/test_mlperf_parity.py's conversion).
+its manifest, no FORGE op), the FORGE
+artifact of MLPerf Tiny's ResNet-8 (tests/deploy/test_mlperf_parity.py's conversion) and
+MobileNetV2-0.5 with its arena in PSRAM.
 One cold build (~8 minutes on 2 cores; the build cache keeps it per checkout); each
 further export recompiles the data and relinks. Skips (with what is missing) without
 cmake/ninja, the ESP-IDF tarball, the tool chain or emulator, the snapshots or CIFAR-10.
@@ -89,3 +90,18 @@ def test_idf_app_gated_on_a_class_sorted_stream(r20, tmp_path):
 def test_idf_app_runs_mlperf_resnet8(tools, artifact, tmp_path):
   v = _run(artifact, tmp_path).verification
   assert {"logits", "pred", "FORGE outputs", "FORGE state"} <= set(v.compared), v.compared
+
+
+def test_idf_app_runs_mobilenet_v2_with_its_arena_in_psram(tools, tmp_path_factory, tmp_path):
+  """MobileNetV2-0.5 (52 sites): its ~0.9 MB arena exceeds the internal SRAM, so the app
+  takes it from PSRAM (the emulator's quad PSRAM, as on N8R2 modules). Failed before
+  main/CMakeLists.txt required esp_psram: without it CONFIG_SPIRAM does not exist and
+  the arena allocation failed. Its op 8 is the depthwise shape ESP-NN's S3 kernel
+  overruns without the app's guard (docs/decisions/esp-nn-s3-depthwise-scratch.md)."""
+  from tests.deploy.test_host_parity_mobilenet import mbv2_artifact
+
+  result = _run(mbv2_artifact(tmp_path_factory), tmp_path)
+  v = result.verification
+  assert {"logits", "pred", "FORGE outputs", "FORGE state"} <= set(v.compared), v.compared
+  mem = next(line for line in open(result.run.log_path) if line.startswith("mem "))
+  assert int(dict(f.split("=") for f in mem.split()[1:])["arena_size"]) > 512 * 1024, mem

@@ -124,11 +124,20 @@ def _dataset_cache(tmp_path_factory):
 
 # ------------------------------------------------------------------ binaries
 
+RESNET20_OPS = ("CONV_2D", "ADD", "MEAN", "FULLY_CONNECTED")  # the Makefile's default
+
 def _make(kernels: str, goals: list[str] = (), binary: str = "forge_app_host",
           build_name: str | None = None, ops: list[str] | None = None) -> str:
   """Builds esp32s3_app/host in the build cache (esp32s3_host/<build_name or kernels>);
-  ops: the OPS to compile (default: the Makefile's ResNet-20 set)."""
+  ops: the OPS to compile (default: the Makefile's ResNet-20 set). The reference build
+  of ResNet-20's operators is run-firmware's own (same folder, same make flags), so
+  the two share one compile."""
+  from forge_tflm.deploy import firmware
+
   build = os.path.join(third_party.build_cache(), "esp32s3_host", build_name or kernels)
+  if kernels == "reference" and not build_name and not ops:
+    ops = sorted(RESNET20_OPS)
+    build = firmware.ops_build_dir("host", " ".join(ops))
   tflm = third_party.snapshot("tflite-micro")
   esp_tflm = third_party.snapshot("esp-tflite-micro")
   args = [f"KERNELS={kernels}", f"BUILD_DIR={build}",
