@@ -2,7 +2,7 @@
 
 For each artifact the issue names (the bundled ResNet-20 with FORGE at 21 sites adapting
 and gated on a class-sorted stream, at 3 sites, the plain int8 model with its manifest,
-MLPerf Tiny's ResNet-8 with FORGE), calls what `forge_tflm run-firmware` calls
+MLPerf Tiny's ResNet-8 with FORGE; MobileNetV2-0.5, whose arena goes to PSRAM), calls what `forge_tflm run-firmware` calls
 (forge_tflm.deploy.firmware.run_firmware: export-firmware with its default arena, the
 target's build out of the export folder, the emulated run, verify-device) and prints one
 row per run: verdict, images identical, the accuracy the device printed and the
@@ -53,9 +53,15 @@ def artifacts() -> dict[str, str]:
                     f"--model={os.path.join(SHARED_MLPERF_IC, 'pretrainedResnet_quant.tflite')}",
                     f"--data_dir={cm.DATA_DIR}", f"--output={r8}", "--input_range=0,255",
                     "--calibration_size=200"], check=True, capture_output=True)
+  mbv2 = os.path.join(toolchains.build_cache(), "bench_artifacts", "mbv2_forge.tflite")
+  if not os.path.exists(mbv2):  # as tests/deploy/test_host_parity_mobilenet.py does
+    subprocess.run([sys.executable, "-m", "forge_tflm.cli.main", "convert",
+                    f"--model={os.path.join(REPO_ROOT, 'models', 'mobilenet_v2_0.5_cifar10.keras')}",
+                    f"--data_dir={cm.DATA_DIR}", f"--output={mbv2}"], check=True,
+                   capture_output=True)
   return {"ResNet-20, 21 sites": r20["forge_all"], "ResNet-20, 3 sites": r20["forge_3"],
           "ResNet-20 plain (no site)": r20["plain"], "MLPerf ResNet-8, 9 sites": r8,
-          "_data": cm.DATA_DIR}
+          "MobileNetV2-0.5, 52 sites, arena in PSRAM": mbv2, "_data": cm.DATA_DIR}
 
 
 def cost(arts: dict, data: str, images: int, argv) -> list[str]:
