@@ -209,3 +209,23 @@ def test_brackets_inside_strings_do_not_count_as_nesting(tmp_path):
   path = tmp_path / "s.json"
   path.write_text('{"a": "' + "[" * 500 + '\\"{", "b": [[1]]}')
   assert fileio.load_json(str(path)) == {"a": "[" * 500 + '"{', "b": [[1]]}
+
+
+def test_an_unclosed_string_of_escaped_quotes_is_refused_at_once(tmp_path):
+  """Issue 53: the depth pre-check's string regex restarted at every quote of an
+  unclosed string full of \\" (quadratic: 32 KB took 40 s, a 1 MB manifest hung every
+  reader). The scan is one pass now; 1 MB is refused in well under the bound."""
+  import time
+
+  path = tmp_path / "hostile.json"
+  path.write_text('{"a": "' + '\\"' * 500_000)
+  t0 = time.monotonic()
+  with pytest.raises(fileio.JSONFileError, match="Unterminated string"):
+    fileio.load_json(str(path))
+  assert time.monotonic() - t0 < 10.0  # Quadratic: hours at this size.
+
+
+def test_escaped_backslash_before_a_quote_closes_the_string(tmp_path):
+  path = tmp_path / "s.json"
+  path.write_text('{"a": "x\\\\", "b": [[1]], "c": "]\\\\\\""}')
+  assert fileio.load_json(str(path)) == {"a": "x\\", "b": [[1]], "c": ']\\"'}
