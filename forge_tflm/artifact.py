@@ -540,6 +540,10 @@ class Artifact:
     ArtifactError, naming the operator and tensor)."""
     from forge_tflm.model_check import check_model
 
+    if os.path.splitext(path)[1].lower() in (".keras", ".h5", ".onnx"):
+      raise ArtifactError(f"{path} is a float model, not a FORGE artifact: convert it"
+                          f" first (forge_tflm convert --model={path} --output=X.tflite)"
+                          " and pass X.tflite")
     with open(path, "rb") as f:
       model = f.read()
     parsed = check_model(model, path)

@@ -170,3 +170,12 @@ def test_the_manifest_round_trips(tmp_path):
   manifest = Artifact.load(path).manifest
   with open(mpath) as f:
     assert manifest.to_json() == json.load(f) | {"targets": {"source": "recorded"}}
+
+
+@pytest.mark.parametrize("ext", [".keras", ".h5", ".onnx"])
+def test_a_float_model_given_as_artifact_names_the_convert_step(tmp_path, ext):
+  path = str(tmp_path / f"model{ext}")
+  with open(path, "wb") as f:
+    f.write(b"\0" * 64)
+  with pytest.raises(ArtifactError, match=r"float model.*forge_tflm convert --model="):
+    Artifact.load(path)
