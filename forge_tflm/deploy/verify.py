@@ -149,6 +149,7 @@ def _header_problems(run: AppRun, expected: dict) -> list[str]:
   if per and classes != len(per[0]["logits"]):
     out.append(f"{at}: output={h['output']} ({classes} values), expected.json has "
                f"{len(per[0]['logits'])} logits per image")
+  out += _mem_problems(run, expected)
   if h["mode"] != expected.get("mode"):
     out.append(f"{at}: the device ran mode={h['mode']}, expected.json is for "
                f"mode={expected.get('mode')}")
@@ -161,6 +162,24 @@ def _header_problems(run: AppRun, expected: dict) -> list[str]:
     out.append(f"{len(run.cost)} cost lines and cost_type lines for "
                f"{sorted(run.cost_type)} in a log of {len(run.ops)} ops "
                f"({sorted(set(run.ops))}): lines lost from the capture?")
+  return out
+
+
+def _mem_problems(run: AppRun, expected: dict) -> list[str]:
+  """The mem line against the export: the arena it was built with, one state per FORGE
+  op, and an arena that holds what the device says it used."""
+  m = run.mem
+  if not m:
+    return []
+  out = []
+  if "arena_bytes" in expected and m["arena_size"] != expected["arena_bytes"]:
+    out.append(f"mem line: arena_size={m['arena_size']}, the export's arena is "
+               f"{expected['arena_bytes']} B (a build from another export?)")
+  if m["arena_used"] > m["arena_size"]:
+    out.append(f"mem line: arena_used={m['arena_used']} > arena_size={m['arena_size']}")
+  if "states" in m and m["states"] != len(expected["forge_ops"]):
+    out.append(f"mem line: states={m['states']}, the model has "
+               f"{len(expected['forge_ops'])} FORGE ops")
   return out
 
 
