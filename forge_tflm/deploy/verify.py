@@ -166,15 +166,13 @@ def _header_problems(run: AppRun, expected: dict) -> list[str]:
 
 
 def _mem_problems(run: AppRun, expected: dict) -> list[str]:
-  """The mem line against the export: the arena it was built with, one state per FORGE
-  op, and an arena that holds what the device says it used."""
+  """The mem line against the export: one state per FORGE op, and an arena that holds
+  what the device says it used. (arena_size is the build's: the Cortex-M and host apps
+  keep a fixed arena larger than the export's estimate.)"""
   m = run.mem
   if not m:
     return []
   out = []
-  if "arena_bytes" in expected and m["arena_size"] != expected["arena_bytes"]:
-    out.append(f"mem line: arena_size={m['arena_size']}, the export's arena is "
-               f"{expected['arena_bytes']} B (a build from another export?)")
   if m["arena_used"] > m["arena_size"]:
     out.append(f"mem line: arena_used={m['arena_used']} > arena_size={m['arena_size']}")
   if "states" in m and m["states"] != len(expected["forge_ops"]):

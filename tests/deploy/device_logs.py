@@ -32,8 +32,7 @@ def expected_doc(mode: str = "adapt", images: int = N) -> dict:
       e.update(forge=[f"{n + 1:08x}"], state=[f"{n + 100:08x}"],
                trace=[f"{n * 4 + k:08x}" for k in range(4)])
     per.append(e)
-  doc = {"version": EXPECTED_VERSION, "model_bytes": 1234, "input_bytes": 3072,
-         "arena_bytes": 131072, "ops": OPS,
+  doc = {"version": EXPECTED_VERSION, "model_bytes": 1234, "input_bytes": 3072, "ops": OPS,
          "forge_ops": [1], "images": images, "mode": mode, "per_image": per}
   if mode == "gated":
     doc["gate"] = {"decisions": [
