@@ -55,7 +55,8 @@ def in_scratch(path: str, runs: str) -> str:
 
 
 def redirect(argv: list[str], runs: str) -> list[str]:
-  return [a.replace("=runs/", f"={runs}/") for a in argv]
+  return [a.split("=", 1)[0] + "=" + in_scratch(a.split("=", 1)[1], runs) if "=" in a else a
+          for a in argv]
 
 
 def timed(argv: list[str], env: dict) -> tuple[float, str]:

@@ -19,6 +19,7 @@ from absl import flags
 from forge_tflm.evaluation import field_streams
 from forge_tflm.evaluation.gate import SETTINGS, GateConfig
 from forge_tflm.evaluation.protocol import ALL_METHODS
+from forge_tflm.evaluation.report import HURT_POINTS
 from forge_tflm.cli.recalib_flags import define_recalib_flags, recalib_flag_values
 from forge_tflm.cli.sweep_flags import define_sweep_flags, executor_from_flags
 
@@ -75,7 +76,7 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
                        lower_bound=1, flag_values=fv)
   flags.DEFINE_integer("seed", 0, "Seed of orderings, corruptions and subsets.",
                        flag_values=fv)
-  flags.DEFINE_float("hurt_threshold", 1.0, "A method hurts a stream when its mean"
+  flags.DEFINE_float("hurt_threshold", HURT_POINTS, "A method hurts a stream when its mean"
                      " accuracy is more than this many points under its source's (the"
                      " results' 'hurt' lists and the docs use this one definition).",
                      lower_bound=0.0, flag_values=fv)

@@ -29,6 +29,11 @@ def hurt_streams(recovery: dict[str, float], threshold: float = HURT_POINTS) -> 
   return [s for s, r in recovery.items() if r < -threshold]
 
 
+def _several_orderings(table: dict) -> bool:
+  """Whether any row holds more than one ordering (else std and error bars say nothing)."""
+  return any(len(row["accuracy"]) > 1 for t in table.values() for row in t["streams"].values())
+
+
 def summarize(raw: dict, hurt_threshold: float = HURT_POINTS) -> dict:
   acc = raw["accuracy"]
   streams = list(next(iter(acc.values())).keys()) if acc else []
@@ -81,8 +86,7 @@ def to_markdown(table: dict, gate: dict | None = None,
   streams = list(next(iter(table.values()))["streams"]) if table else []
   lines = ["| stream | " + " | ".join(methods) + " |",
            "| --- | " + " | ".join("---:" for _ in methods) + " |"]
-  several = any(len(t["streams"][s]["accuracy"]) > 1 for t in table.values()
-                for s in streams)
+  several = _several_orderings(table)
   for s in streams:
     cells = []
     for m in methods:
@@ -137,11 +141,11 @@ def plot_png(table: dict, title: str = "") -> bytes:
   x = np.arange(len(labels))
   width = 0.8 / max(1, len(methods))
   fig, ax = plt.subplots(figsize=(min(14, max(8, 0.2 * len(labels) * len(methods))), 5))
+  several = _several_orderings(table)
   for i, m in enumerate(methods):
     rows = [table[m]["streams"][s] for s in streams]
     heights = [r["accuracy_mean"] for r in rows] + [table[m]["summary"]["mean_accuracy"]
                                                     or 0.0]
-    several = any(len(r["accuracy"]) > 1 for r in rows)
     yerr = [r["accuracy_std"] for r in rows] + [0.0] if several else None
     ax.bar(x + (i - (len(methods) - 1) / 2) * width, heights, width, yerr=yerr, label=m,
            capsize=2 if several else 0)
