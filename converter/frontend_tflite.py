@@ -75,19 +75,26 @@ class TfliteFrontend:
 
   name = "tflite"
 
-  def __init__(self, path: str):
+  def __init__(self, path: str, data: bytes | None = None):
+    """path: the .tflite, or with `data` (a float model's int8 conversion) the model it
+    was converted from, for messages."""
     self.path = path
-    with open(path, "rb") as f:
-      self.data = f.read()
+    converted = data is not None
+    if data is None:
+      with open(path, "rb") as f:
+        data = f.read()
+    self.data = data
     if self.data[4:8] != tg.FILE_IDENTIFIER:
       raise ConversionError(f"{path!r} is not a TFLite flatbuffer (no TFL3 identifier)")
     # The evaluator's and devices' structural checks, before any interpreter sees it:
     # LiteRT and TFLM trust indices, shapes and scales (a -1 index is a segfault).
     try:
-      self.model_t = model_check.check_model(self.data, path)
+      self.model_t = model_check.check_model(
+          self.data, "the converted plain int8 model" if converted else path)
     except model_check.ModelCheckError as e:
-      raise ConversionError(f"{e} (convert reads a full-int8 .tflite: int8 input, output"
-                            " and convs, as TFLite-Micro runs it)") from e
+      why = ("the evaluator and devices would refuse it" if converted else "convert reads"
+             " a full-int8 .tflite: int8 input, output and convs, as TFLite-Micro runs it")
+      raise ConversionError(f"{e} ({why})") from e
     self._check_int8()
     self.convs = self._read_convs()
 
@@ -182,10 +189,12 @@ class TfliteFrontend:
           " (--input_range or --input_mean/--input_std)")
     return q.astype(np.int8)
 
-  def measure_targets(self, sites: list[BNSite], x_float: np.ndarray) -> list[BNSite]:
+  def measure_targets(self, sites: list[BNSite], x_float: np.ndarray,
+                      index: dict[str, int] | None = None) -> list[BNSite]:
     """Sites with beta, |gamma| = the per-channel mean and std of their conv's output
-    (dequantized, as the model computes it) over `x_float`."""
-    index = self.op_index(sites)
+    (dequantized, as the model computes it) over `x_float`; index: site -> conv op
+    (default: the sites this front end found)."""
+    index = index if index is not None else self.op_index(sites)
     convs = {c.index: c for c in self.convs}
     picked = [convs[index[s.name]] for s in sites]
     moments = _output_moments(self.data, picked, self.quantize_input(x_float))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from forge_tflm.artifact import InputContract
+from forge_tflm.artifact import TARGET_SOURCES, InputContract
 from forge_tflm.converter import parity
 from forge_tflm.ops import RecalibOptions
 
@@ -14,12 +14,16 @@ class ConvertOptions:
   """What `convert` does.
 
   sites: "all", "none", or a tuple of site names to adapt.
+  targets: "measured" (each site's clean per-channel mean and std, measured on the
+    plain int8 model's conv output over the calibration images) or "recorded" (a
+    float model's BN statistics at fold time, the paper's design).
   recalib: the FORGE options of every site (validated when made, so bad options
     fail before any conversion work); each site's activation comes from the model.
   eps_from_bn: each site uses its BN's own epsilon instead of recalib.eps.
   calibration_size: images of the calibration set used for int8 ranges.
-  preact_range: "minmax" or "percentile:<p>" (e.g. percentile:99.99) for the new
-    pre-activation ranges of conv outputs whose activation moves into FORGE.
+  preact_range: with recorded targets, "minmax" or "percentile:<p>" (e.g.
+    percentile:99.99) for the new pre-activation ranges of conv outputs whose
+    activation moves into FORGE.
   c_array: also write <output>.cc/.h with the model as an alignas(16) array.
   parity_check: "error" refuses a conversion whose float model differs from the
     source beyond parity_tolerance (converter/parity.py); "warn" logs and writes it.
@@ -32,6 +36,7 @@ class ConvertOptions:
   """
 
   sites: str | tuple[str, ...] = "all"
+  targets: str = "measured"
   recalib: RecalibOptions = RecalibOptions(window=640)
   eps_from_bn: bool = True
   input_contract: InputContract = InputContract()
@@ -48,6 +53,8 @@ class ConvertOptions:
   def __post_init__(self):
     if not isinstance(self.recalib, RecalibOptions):
       raise ValueError("recalib must be a RecalibOptions")
+    if self.targets not in TARGET_SOURCES:
+      raise ValueError(f"targets must be one of {TARGET_SOURCES}, not {self.targets!r}")
     if self.calibration_size < 1:
       raise ValueError("calibration_size must be >= 1")
     if self.parity_check not in parity.MODES:

@@ -177,8 +177,8 @@ class SourceModeReport:
             f" below {100 * self.min_agreement:g}%{first}")
 
   def to_json(self) -> dict:
-    return {"images": self.images,
-            "source_mode_vs_input": {"top1_agreement": self.top1_agreement,
+    return {"source_mode_vs_input": {"images": self.images,
+                                     "top1_agreement": self.top1_agreement,
                                      "max_output_difference": self.max_output_difference,
                                      "min_agreement": self.min_agreement}}
 

@@ -1,15 +1,23 @@
 """`convert`: the converter as an ordered list of small passes over one context.
 
-    load (frontend_keras / frontend_onnx) -> find sites (the frontend) ->
-    select (select.py) -> calibration inputs (calibration.py) -> float and int8
-    conversion (quantize.py) -> clean top-1 above chance (clean_check.py) -> parity gate (parity.py) -> match convs (match.py) ->
-    pre-activation ranges (calibration.py) -> insert FORGE_RECALIB (insert.py) ->
-    label-safe sites (label_safety.py) -> model checks (forge_tflm.model_check) ->
+Every input becomes the plain full-int8 model first; FORGE goes into that model:
+
+    load (frontend_keras / frontend_onnx / frontend_tflite) -> find sites ->
+    select (select.py) -> calibration inputs (calibration.py) -> the plain int8 model
+    (a float model: float and int8 conversion, quantize.py; clean top-1 above chance,
+    clean_check.py; parity gate, parity.py; match convs, match.py) -> targets ->
+    insert FORGE_RECALIB (insert.py) -> label-safe sites (label_safety.py) -> source
+    mode is the plain model (parity.py) -> model checks (forge_tflm.model_check) ->
     outputs (outputs.py)
 
+Targets (ConvertOptions.targets): "measured" (default) on the plain int8 model's conv
+outputs over the calibration images (frontend_tflite.py), so the conv keeps its
+output grid and source mode is the plain model bit for bit; "recorded", a float
+model's BN statistics read at fold time (the paper's design), with each activated
+site's conv moved to a pre-activation grid (calibration.py).
+
 Each pass reads and fills a few fields of `_Context` and calls one module, which is
-unit-tested on its own; recording BN targets (find sites) is separate from
-rewriting the graph (insert).
+unit-tested on its own.
 """
 
 from __future__ import annotations
@@ -61,7 +69,9 @@ class _Context:
   calib_classes: int = 0
   plain_tflite: bytes = b""
   float_tflite: bytes = b""
-  parity: object = None  # parity.ParityReport
+  parity: object = None  # parity.ParityReport (a float model's conversion)
+  source_parity: object = None  # parity.SourceModeReport (measured targets)
+  int8: object = None  # TfliteFrontend over the plain int8 model (measured targets)
   op_index: dict[str, int] = dataclasses.field(default_factory=dict)
   preact: dict[str, tuple[float, int, float]] = dataclasses.field(default_factory=dict)
   model_t: object = None
@@ -120,6 +130,8 @@ def _quantize(ctx: _Context) -> None:
   logging.info("float and full-int8 conversion: %d bytes in %.1f s", len(ctx.plain_tflite),
                time.time() - t0)
   ctx.model_t = tg.load_model(ctx.plain_tflite)
+  if ctx.options.targets == "measured":
+    ctx.int8 = TfliteFrontend(ctx.source_path, data=ctx.plain_tflite)
 
 
 def _clean_top1(ctx: _Context) -> None:
@@ -221,6 +233,10 @@ def _validate(ctx: _Context) -> None:
 
 def _read_int8(ctx: _Context) -> None:
   """The int8 input model is the plain model; its convs are the sites' ops."""
+  if ctx.options.targets != "measured":
+    raise ConversionError("an int8 .tflite has no BatchNorm statistics left: its targets"
+                          " are measured (--targets=recorded needs the float model)")
+  ctx.int8 = ctx.frontend
   ctx.plain_tflite = ctx.frontend.data
   ctx.model_t = tg.load_model(ctx.plain_tflite)
   ctx.op_index = ctx.frontend.op_index(ctx.sites)
@@ -228,7 +244,7 @@ def _read_int8(ctx: _Context) -> None:
 
 def _measure_targets(ctx: _Context) -> None:
   t0 = time.time()
-  ctx.sites = ctx.frontend.measure_targets(ctx.sites, ctx.calib_inputs)
+  ctx.sites = ctx.int8.measure_targets(ctx.sites, ctx.calib_inputs, ctx.op_index)
   ctx.targets = {"source": "measured", "images": int(len(ctx.calib_inputs))}
   logging.info("measured the clean targets of %d sites on %d images in %.1f s",
                len(ctx.sites), len(ctx.calib_inputs), time.time() - t0)
@@ -240,11 +256,11 @@ def _source_parity(ctx: _Context) -> None:
     return
   o = ctx.options
   with native_output_hidden():
-    ctx.parity = parity.check_source_mode(
+    ctx.source_parity = parity.check_source_mode(
         plain_tflite=ctx.plain_tflite, tflite=ctx.tflite,
-        x_int8=ctx.frontend.quantize_input(ctx.calib_inputs), inserted=ctx.inserted,
+        x_int8=ctx.int8.quantize_input(ctx.calib_inputs), inserted=ctx.inserted,
         min_agreement=o.source_agreement)
-  p = ctx.parity
+  p = ctx.source_parity
   logging.info("source mode vs the input model on %d images: top-1 agreement %.1f%%,"
                " largest output difference %.3g", p.images, 100 * p.top1_agreement,
                p.max_output_difference)
@@ -254,12 +270,31 @@ def _source_parity(ctx: _Context) -> None:
                           f" model: {where}")
 
 
-# From a float model (Keras, ONNX): BN targets recorded at fold time.
+# From a float model (Keras, ONNX), targets measured on its plain int8 conversion.
 PASSES = (_load, _find_sites, _select, _calibration_inputs, _quantize, _clean_top1,
-          _parity, _match, _preact_ranges, _insert, _label_safety, _validate)
+          _parity, _match, _measure_targets, _insert, _label_safety, _source_parity,
+          _validate)
+# From a float model, BN targets recorded at fold time (--targets=recorded).
+RECORDED_PASSES = (_load, _find_sites, _select, _calibration_inputs, _quantize,
+                   _clean_top1, _parity, _match, _preact_ranges, _insert, _label_safety,
+                   _validate)
 # From a full-int8 .tflite: targets measured on the calibration images.
 TFLITE_PASSES = (_load, _find_sites, _select, _calibration_inputs, _read_int8,
-                 _measure_targets, _clean_top1, _insert, _label_safety, _source_parity, _validate)
+                 _measure_targets, _clean_top1, _insert, _label_safety, _source_parity,
+                 _validate)
+
+
+def _passes(source_path: str, options: ConvertOptions) -> tuple:
+  if os.path.splitext(source_path)[1].lower() == ".tflite":
+    return TFLITE_PASSES
+  return PASSES if options.targets == "measured" else RECORDED_PASSES
+
+
+def _parity_json(ctx: _Context) -> dict:
+  out = ctx.parity.to_json() if ctx.parity else {}
+  if ctx.source_parity:
+    out.update(ctx.source_parity.to_json())
+  return out
 
 
 def _io_quant(model_t) -> tuple[tuple[float, int], tuple[float, int]]:
@@ -286,9 +321,7 @@ def convert(source_path: str, output: str, calibration,
   paths = outputs.output_paths(output, options.c_array, plain_output)
   outputs.check_output_paths(paths, source_path)
   ctx = _Context(source_path, options, calibration, command)
-  passes = (TFLITE_PASSES if os.path.splitext(source_path)[1].lower() == ".tflite"
-            else PASSES)
-  for step in passes:
+  for step in _passes(source_path, options):
     step(ctx)
 
   input_quant, output_quant = _io_quant(ctx.model_t)
@@ -296,7 +329,7 @@ def convert(source_path: str, output: str, calibration,
       tflite=ctx.tflite, source_path=source_path, source_sha256=file_sha256(source_path),
       frontend=ctx.frontend.name, options=options, all_sites=ctx.sites_found,
       inserted=ctx.inserted, input_quant=input_quant, output_quant=output_quant,
-      command=command, parity=ctx.parity.to_json() if ctx.parity else {},
+      command=command, parity=_parity_json(ctx),
       calibration={"images": int(len(ctx.calib_inputs)), "source": ctx.calibration_source,
                    "seed": options.calibration_seed, "preact_range": options.preact_range},
       targets=ctx.targets)

@@ -3,7 +3,8 @@
 # tensorflow/lite/micro/*.cc and its allocators, planners and bridge, minus tests,
 # test helpers, fakes and recorders (the list esp-tflite-micro's CMakeLists compiles,
 # less the recorder), and the shared quantization/tensor utilities the kernels use.
-# Needs TFLM_DIR; defines TFLM_FRAMEWORK_SRCS (the kernels come from each target).
+# Needs TFLM_DIR, BUILD_DIR and OPS; defines TFLM_FRAMEWORK_SRCS (the kernels come
+# from each target), OPS_DIR and OP_DEFINES.
 
 MICRO := $(TFLM_DIR)/tensorflow/lite/micro
 MICRO_EXCLUDE := %_test.cc %/fake_micro_context.cc %/hexdump.cc %/mock_micro_graph.cc \
@@ -25,3 +26,15 @@ TFLM_FRAMEWORK_SRCS := \
   $(wildcard $(TFLM_DIR)/tensorflow/lite/kernels/internal/tensor_ctypes.cc) \
   $(wildcard $(TFLM_DIR)/tensorflow/lite/kernels/internal/portable_tensor_utils.cc) \
   $(wildcard $(TFLM_DIR)/tensorflow/lite/kernels/internal/reference/portable_tensor_utils.cc)
+
+# Only the app (its resolver registers OPS: OP_DEFINES) and the archive of OPS'
+# kernels depend on the operator set; they go in a folder per set, so one BUILD_DIR
+# serves every model and the framework and each kernel compile once per target.
+_empty :=
+OPS_DIR := $(BUILD_DIR)/ops/$(subst $(_empty) $(_empty),+,$(sort $(OPS)))
+DEFAULT_OPS := CONV_2D ADD MEAN FULLY_CONNECTED
+ifeq ($(sort $(OPS)),$(sort $(DEFAULT_OPS)))
+OP_DEFINES :=
+else
+OP_DEFINES := -DFORGE_APP_OPS_CUSTOM $(foreach o,$(OPS),-DFORGE_APP_OP_$(o)=1)
+endif

@@ -224,10 +224,10 @@ def _builtin_ops(expected: dict) -> str:
   return " ".join(sorted(set(expected["ops"]) - {"FORGE_RECALIB"}))
 
 
-def ops_build_dir(kind: str, ops: str) -> str:
-  """A build folder per operator set, so that two models do not rebuild each other."""
-  key = hashlib.sha1(ops.encode()).hexdigest()[:8]
-  return os.path.join(toolchains.build_cache(), kind, key)
+def build_dir(kind: str) -> str:
+  """A target's build folder (host, host-esp_nn, cortexm-<board>, esp32s3): every
+  model's, as the Makefiles keep what depends on the operator set apart."""
+  return os.path.join(toolchains.build_cache(), kind)
 
 
 def _mode_flags(expected: dict) -> list[str]:
@@ -244,12 +244,12 @@ def _tflm_args() -> list[str]:
 
 def _build_host(export_dir: str, run_dir: str, expected: dict, progress) -> list[str]:
   ops = _builtin_ops(expected)
-  build = ops_build_dir("host", ops)
-  binary = os.path.join(run_dir, "forge_app_embedded")
+  build = build_dir("host")
+  binary = os.path.join(os.path.abspath(run_dir), "forge_app_embedded")
   with toolchains.locked(build + ".lock"):
     _make("host", build, ["KERNELS=reference", *_tflm_args(), f"OPS={ops}"],
-          ["embedded", f"GEN_DIR={os.path.abspath(export_dir)}"], progress)
-    shutil.copy2(os.path.join(build, "forge_app_embedded"), binary)
+          ["embedded", f"GEN_DIR={os.path.abspath(export_dir)}", f"EMBEDDED_BIN={binary}"],
+          progress)
   return [binary, *_mode_flags(expected)]
 
 
@@ -257,7 +257,7 @@ def _build_cortexm(target: str, export_dir: str, run_dir: str, expected: dict,
                    progress) -> list[str]:
   board, machine = CORTEXM[target]
   ops = _builtin_ops(expected)
-  build = ops_build_dir(f"cortexm-{board}", ops)
+  build = build_dir(f"cortexm-{board}")
   elf = os.path.join(os.path.abspath(run_dir), f"forge_app_{board}.elf")
   args = [f"BOARD={board}", *_tflm_args(), f"CMSIS_NN_DIR={toolchains.snapshot('CMSIS-NN')}",
           f"CMSIS_DIR={toolchains.snapshot('CMSIS_6')}", f"OPS={ops}"]
@@ -274,7 +274,7 @@ def _build_cortexm(target: str, export_dir: str, run_dir: str, expected: dict,
 def _build_esp32s3(export_dir: str, run_dir: str, expected: dict, progress) -> list[str]:
   prefix, qemu = toolchains.esp32s3_tools()
   ops = _builtin_ops(expected)
-  build = ops_build_dir("esp32s3", ops)
+  build = build_dir("esp32s3")
   elf = os.path.join(os.path.abspath(run_dir), "forge_app_esp32s3.elf")
   args = [f"PREFIX={prefix}", f"TFLM_DIR={toolchains.snapshot('esp-tflite-micro')}",
           f"ESP_NN_DIR={toolchains.snapshot('esp-nn')}", f"OPS={ops}"]

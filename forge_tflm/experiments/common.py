@@ -91,30 +91,36 @@ def bundled_artifact(ctx: ExperimentContext, model: str = "resnet20_cifar10",
 
 def converted_artifact(ctx: ExperimentContext, source: str, dataset: str,
                        sites="all") -> str:
-  """`source` (.keras) converted with the default options (and `sites`), calibrated
-  on `dataset`'s training split; made once per model file content and kept in
-  ctx.artifact_dir."""
-  model = os.path.basename(source)[:-len(".keras")]
-  with open(source, "rb") as f:
-    digest = hashlib.sha256(f.read()).hexdigest()[:12]
-  tag = "all" if sites == "all" else hashlib.sha256(
-      ",".join(sites).encode()).hexdigest()[:8]
-  path = os.path.join(ctx.artifact_dir, f"{model}-{digest}-{tag}.tflite")
+  """`source` (.keras) converted with the default options (and `sites`, and
+  ctx.convert's overrides), calibrated on `dataset`'s training split; made once per
+  model file content and options, and kept in ctx.artifact_dir."""
+  from forge_tflm.converter.options import ConvertOptions  # pylint: disable=import-outside-toplevel
+
+  options = ConvertOptions(sites=sites if sites == "all" else tuple(sites), **ctx.convert)
+  path = artifact_path(ctx.artifact_dir, source, options)
   if os.path.exists(path) and os.path.exists(path[:-len(".tflite")] + ".json"):
     return path
   from forge_tflm.quiet import import_quietly  # pylint: disable=import-outside-toplevel
   import_quietly("tensorflow", "keras")
-  from forge_tflm.converter.options import ConvertOptions  # pylint: disable=import-outside-toplevel
   from forge_tflm.converter.pipeline import convert  # pylint: disable=import-outside-toplevel
   from forge_tflm.data import load_dataset  # pylint: disable=import-outside-toplevel
 
   logging.info("converting %s (sites: %s) to %s", source, sites, path)
   calibration = load_dataset(dataset, "train", ctx.dataset_dir(dataset))
-  options = ConvertOptions(sites=sites if sites == "all" else tuple(sites), **ctx.convert)
   convert(source, path, calibration, options,
           command=f"forge_tflm.experiments.common.converted_artifact({source!r},"
                   f" {dataset!r}, {sites!r})")
   return path
+
+
+def artifact_path(folder: str, source: str, options) -> str:
+  """Where `source` converted with `options` is kept: keyed by the model file's content
+  and every conversion option, so a changed default converts again."""
+  model = os.path.basename(source)[:-len(".keras")]
+  with open(source, "rb") as f:
+    digest = hashlib.sha256(f.read()).hexdigest()[:12]
+  key = hashlib.sha256(repr(options).encode()).hexdigest()[:8]
+  return os.path.join(folder, f"{model}-{digest}-{key}.tflite")
 
 
 def _sha256(path: str) -> str:

@@ -24,14 +24,17 @@ def _calibration(n=64, seed=0):
                   ("x",), "generated")
 
 
-@pytest.fixture(scope="module")
-def converted(tmp_path_factory):
+@pytest.fixture(scope="module", params=["measured", "recorded"])
+def converted(tmp_path_factory, request):
+  """The tiny model converted with each source of targets (measured: the default)."""
   d = tmp_path_factory.mktemp("conv")
   model = tiny_models.tiny_resnet()
   src = str(d / "tiny.keras")
   model.save(src)
   out = str(d / "tiny_forge.tflite")
-  result = convert(src, out, _calibration(), ConvertOptions(c_array=True, recalib=RecalibOptions(window=640)),
+  options = ConvertOptions(c_array=True, recalib=RecalibOptions(window=640),
+                           targets=request.param)
+  result = convert(src, out, _calibration(), options,
                    command="forge_tflm convert --model=tiny.keras",
                    plain_output=str(d / "tiny_plain.tflite"))
   return src, out, result
@@ -81,13 +84,18 @@ def test_graph_edit_changes_only_the_sites(converted):
   ops = [tg.op_name(forge, op) for op in fsg.operators]
   assert ops.count(tg.FORGE_RECALIB) == 5
   assert len(fsg.operators) == len(psg.operators) + 5
-  # Each FORGE op follows its conv and writes the tensor the conv used to write.
+  measured = result.manifest.targets["source"] == "measured"
+  # Each FORGE op follows its conv and writes the tensor the conv used to write; with
+  # recorded targets the conv's activation moves into FORGE, measured ones keep it.
+  plain_ops = iter(op for op in psg.operators)
   for i, op in enumerate(fsg.operators):
     if tg.op_name(forge, op) == tg.FORGE_RECALIB:
       conv = fsg.operators[i - 1]
       assert tg.op_name(forge, conv) in ("CONV_2D", "DEPTHWISE_CONV_2D")
       assert conv.outputs[0] == op.inputs[0]
-      assert conv.builtinOptions.fusedActivationFunction == 0
+      before = next(p for p in plain_ops if p.outputs[0] == op.outputs[0])
+      assert conv.builtinOptions.fusedActivationFunction == (
+          before.builtinOptions.fusedActivationFunction if measured else 0)
       opts = decode_options(bytes(np.asarray(op.customOptions, np.uint8)))
       assert opts.window == 640 and opts.variance == "running"
   # Every original tensor keeps its name and quantization.
@@ -96,12 +104,26 @@ def test_graph_edit_changes_only_the_sites(converted):
     assert tg.tensor_name(a) == tg.tensor_name(b)
     if a.quantization is not None and a.quantization.scale is not None:
       np.testing.assert_array_equal(a.quantization.scale, b.quantization.scale)
-  # Sites with no activation keep the conv's output quantization for T_pre.
+  # Sites with no activation (every site, with measured targets) keep the conv's
+  # output quantization for T_pre.
   for s in result.manifest.sites:
-    if s.options.activation == "none":
+    if s.options.activation == "none" or measured:
       assert s.input_quant == s.output_quant
     else:
       assert s.input_quant.zero_point > -128  # Negative values representable.
+
+
+def test_measured_targets_keep_source_mode_the_plain_model_bit_for_bit(converted):
+  _, _, result = converted
+  if result.manifest.targets["source"] != "measured":
+    pytest.skip("recorded targets widen each activated site's grid")
+  assert result.manifest.targets == {"source": "measured", "images": 64}
+  assert result.manifest.parity["source_mode_vs_input"]["max_output_difference"] == 0.0
+  x = tiny_models.random_images(50, seed=11)
+  plain = SegmentedModel(result.plain_tflite, "reference")
+  forge = SegmentedModel(result.tflite, "reference")
+  xq = plain.quantize_input(InputContract().to_float(x))
+  np.testing.assert_array_equal(plain.run(xq), forge.run(xq, mode="source"))
 
 
 def test_frozen_forge_agrees_with_plain_int8(converted):
@@ -178,6 +200,28 @@ def test_errors_leave_no_output(tmp_path, converted):
   assert _no_outputs(tmp_path, "o")
 
 
+def test_a_float_model_and_its_plain_int8_model_convert_alike(tmp_path, converted):
+  """One conversion path: with measured targets a float model's artifact is what its
+  plain int8 model gives through the int8 door (same sites in the same order, targets,
+  options, and outputs in every mode)."""
+  _, _, result = converted
+  if result.manifest.targets["source"] != "measured":
+    pytest.skip("recorded targets come from the float model's BN statistics")
+  plain = tmp_path / "plain.tflite"
+  plain.write_bytes(result.plain_tflite)
+  again = convert(str(plain), str(tmp_path / "again.tflite"), _calibration(),
+                  ConvertOptions(recalib=RecalibOptions(window=640)))
+  a, b = result.manifest.sites, again.manifest.sites
+  assert [(s.kind, s.op_index, s.options, s.input_quant, s.output_quant) for s in a] == \
+      [(s.kind, s.op_index, s.options, s.input_quant, s.output_quant) for s in b]
+  x = tiny_models.random_images(20, seed=3)
+  one, two = SegmentedModel(result.tflite, "reference"), SegmentedModel(again.tflite,
+                                                                         "reference")
+  xq = one.quantize_input(InputContract().to_float(x))
+  for mode in ("source", "frozen", "adapt"):
+    np.testing.assert_array_equal(one.run(xq, mode=mode), two.run(xq, mode=mode))
+
+
 def test_never_overwrites_the_input(tmp_path, converted):
   src, _, _ = converted
   with pytest.raises(ConversionError, match="must end in .tflite"):
@@ -207,11 +251,21 @@ def test_bundled_resnet20_converts_with_all_sites(tmp_path):
   assert manifest["totals"]["target_bytes_flash"] == 6272
   with open(out, "rb") as f:
     assert len(SegmentedModel(f.read()).nodes) == 21
+  # The default: targets measured on the plain int8 model, which source mode is.
+  assert manifest["targets"] == {"source": "measured", "images": 32}
+  assert manifest["parity"]["source_mode_vs_input"]["max_output_difference"] == 0.0
+  assert manifest["sites"][0]["name"] == "stem_bn"  # The BN layers' names.
 
 
-def test_a_model_the_evaluator_would_refuse_fails_at_convert(tmp_path, monkeypatch):
-  """convert checks its output with forge_tflm.model_check (what Artifact.load and the
-  firmware export run), so an unsupported or malformed result fails here, not later."""
+@pytest.mark.parametrize("targets,checked", [
+    ("recorded", "the converted FORGE model"),
+    ("measured", "the converted plain int8 model")])
+def test_a_model_the_evaluator_would_refuse_fails_at_convert(tmp_path, monkeypatch, targets,
+                                                              checked):
+  """convert checks what it makes with forge_tflm.model_check (what Artifact.load and
+  the firmware export run): measured targets check the plain int8 model before an
+  interpreter measures on it (the int8 door), and the output is checked at the end;
+  an unsupported or malformed result fails here, not later."""
   from forge_tflm import model_check
 
   calls = []
@@ -224,10 +278,11 @@ def test_a_model_the_evaluator_would_refuse_fails_at_convert(tmp_path, monkeypat
   keras_path = str(tmp_path / "tiny.keras")
   tiny_models.tiny_resnet().save(keras_path)
   out = tmp_path / "o.tflite"
-  with pytest.raises(ConversionError, match="converted FORGE model: operator 3 "
+  with pytest.raises(ConversionError, match=f"{checked}: operator 3 "
                      r"\(TRANSPOSE\) is not supported \(the evaluator and devices"):
-    convert(keras_path, str(out), tiny_models.random_images(16), ConvertOptions())
-  assert calls == ["the converted FORGE model"] and not out.exists()
+    convert(keras_path, str(out), tiny_models.random_images(16),
+            ConvertOptions(targets=targets))
+  assert calls == [checked] and not out.exists()
 
 
 def test_artifact_load_names_a_malformed_manifest(converted, tmp_path):

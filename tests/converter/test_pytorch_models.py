@@ -73,6 +73,10 @@ def _assert_exact(result, sites: int, int8_agreement: float = 0.85):
   assert p["float_vs_source"]["worst_site_error"] < 1e-4, p
   assert p["float_vs_source"]["top1_agreement"] == 1.0, p
   assert p["int8_vs_float"]["top1_agreement"] >= int8_agreement, p
+  # Targets measured on the plain int8 model (the default): in source mode the
+  # artifact is that model bit for bit, through ONNX too.
+  assert m.targets == {"source": "measured", "images": 128}, m.targets
+  assert p["source_mode_vs_input"]["max_output_difference"] == 0.0, p
   print(f"\nparity: {p}")  # pytest -s shows the numbers
 
 

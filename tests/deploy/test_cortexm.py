@@ -34,9 +34,9 @@ SysTick instruction clock (calibration, deterministic per-op counts) and the are
 sizes; benchmarks/bench_mcu_cost.py reports the counts.
 
 Skips (with the reason) without arm-none-eabi-gcc + newlib, qemu-system-arm, the
-third-party snapshots or the dataset. Objects live in the build cache
-($FORGE_TFLM_BUILD_CACHE/cortexm/<board>). Measured on 2 cores: cold 4 min (2.6 min
-compiling the M4F and M55) plus 2.6 min compiling the Cortex-M3; warm ~3.5 min (the
+third-party snapshots or the dataset. Objects live in run-firmware's build folder
+(forge_tflm.deploy.firmware.build_dir("cortexm-<board>")). Measured on 2 cores: cold
+4 min (2.6 min compiling the M4F and M55) plus 2.6 min compiling the Cortex-M3; warm ~3.5 min (the
 integer artifact's parity runs add 83 s on the M4F and 39 s on the M55, the
 Cortex-M3's four 20-image runs ~15 s); --runslow's 200-image runs ~7 min more.
 """
@@ -105,10 +105,11 @@ def forge_arith(board: str, name: str) -> str:
   return "int" if board in FPU_LESS and name == "forge_int" else "any"
 
 
-def _make_args(board: str, build_name: str | None = None) -> list[str]:
+def _make_args(board: str) -> list[str]:
+  from forge_tflm.deploy import firmware
+
   tp = third_party
-  return [f"BOARD={board}",
-          f"BUILD_DIR={os.path.join(tp.build_cache(), 'cortexm', build_name or board)}",
+  return [f"BOARD={board}", f"BUILD_DIR={firmware.build_dir(f'cortexm-{board}')}",
           f"TFLM_DIR={tp.snapshot('tflite-micro')}",
           f"THIRD_PARTY={os.path.join(tp.snapshot('esp-tflite-micro'), 'third_party')}",
           f"CMSIS_NN_DIR={tp.snapshot('CMSIS-NN')}",
@@ -116,15 +117,16 @@ def _make_args(board: str, build_name: str | None = None) -> list[str]:
 
 
 def make(board: str, goals: list[str], jobs: int = 2, ops: list[str] | None = None,
-         build_name: str | None = None, arith: str = "any") -> None:
-  """Runs esp32s3_app/cortexm's Makefile (nice, -j2) under a per-build-folder lock;
-  ops: the OPS to compile (default: the Makefile's ResNet-20 set), in the build cache's
-  cortexm/<build_name or board> (another op set in the same folder would rebuild it);
-  arith: FORGE_ARITH (any, or int: FORGE for the integer arithmetic alone)."""
-  args = _make_args(board, build_name) + (["OPS=" + " ".join(ops)] if ops else [])
+         arith: str = "any") -> None:
+  """Runs esp32s3_app/cortexm's Makefile (nice, -j2) in run-firmware's build folder for
+  the board (one per board, shared by every op set) under its lock; ops: the OPS to
+  compile (default: the Makefile's ResNet-20 set); arith: FORGE_ARITH (any, or int:
+  FORGE for the integer arithmetic alone)."""
+  from forge_tflm.deploy import firmware
+
+  args = _make_args(board) + (["OPS=" + " ".join(ops)] if ops else [])
   args.append(f"FORGE_ARITH={arith}")
-  lock = os.path.join(third_party.build_cache(), "cortexm", f"{build_name or board}.lock")
-  with _locked(lock):
+  with _locked(firmware.build_dir(f"cortexm-{board}") + ".lock"):
     r = subprocess.run(["nice", "make", "-C", CORTEXM_DIR, f"-j{jobs}"] + goals + args,
                        capture_output=True, text=True)
   if r.returncode != 0:
@@ -134,7 +136,7 @@ def make(board: str, goals: list[str], jobs: int = 2, ops: list[str] | None = No
 
 def build_elf(board: str, gen_dir: str, **build) -> str:
   """Links the ELF of `board` with the C arrays in gen_dir (objects from the cache);
-  build: make's ops, build_name and arith."""
+  build: make's ops and arith."""
   suffix = "_int" if build.get("arith", "any") == "int" else ""
   elf = os.path.join(gen_dir, f"forge_app_{board}{suffix}.elf")
   make(board, ["all", f"GEN_DIR={gen_dir}", f"ELF={elf}"], **build)

@@ -22,11 +22,12 @@ not multiples of 8 (espressif/esp-nn issue 34; docs/decisions/esp-nn-fc-guard.md
 
 Skips (with the reason) without the toolchain/QEMU tarballs or QEMU's runtime
 libraries, the third-party snapshots or the dataset. Objects live in the build cache
-(tests/third_party.build_cache()/esp32s3/s3: one library for OPS).
+(run-firmware's folder, forge_tflm.deploy.firmware.build_dir("esp32s3")).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -60,12 +61,14 @@ def _tools() -> tuple[str, str]:
   return prefix, qemu
 
 
-def make(goals: list[str], ops: tuple[str, ...] = OPS, build_name: str = "s3",
-         variant: str = "ansi") -> None:
-  """Runs esp32s3_app/esp32s3's Makefile (nice, -j2) under a per-build-folder lock."""
+def make(goals: list[str], ops: tuple[str, ...] = OPS, variant: str = "ansi") -> None:
+  """Runs esp32s3_app/esp32s3's Makefile (nice, -j2) in run-firmware's build folder
+  (shared by every op set) under its lock."""
+  from forge_tflm.deploy import firmware
+
   prefix, _ = _tools()
   tp = third_party
-  build = os.path.join(tp.build_cache(), "esp32s3", build_name)
+  build = firmware.build_dir("esp32s3")
   args = [f"PREFIX={prefix}", f"BUILD_DIR={build}", f"FORGE_VARIANT={variant}",
           f"TFLM_DIR={tp.snapshot('esp-tflite-micro')}", f"ESP_NN_DIR={tp.snapshot('esp-nn')}"]
   args += ["OPS=" + " ".join(ops)] if ops else []
@@ -84,20 +87,14 @@ def build_elf(gen_dir: str, **build) -> str:
   return elf
 
 
+@functools.cache
 def park_bin() -> str:
-  """The second core's parking code (esp32s3_app/esp32s3/cpu1_park.S, as its
-  Makefile's `park` goal builds it), assembled once into the build cache."""
-  prefix, _ = _tools()
-  path = os.path.join(third_party.build_cache(), "esp32s3", "cpu1_park.bin")
-  if not os.path.exists(path):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    obj = f"{path}.{os.getpid()}.o"
-    for cmd in ([prefix + "gcc", "-mlongcalls", "-c", os.path.join(ESP32S3_DIR, "cpu1_park.S"),
-                 "-o", obj], [prefix + "objcopy", "-O", "binary", "-j", ".text", obj, obj + ".bin"]):
-      subprocess.run(cmd, check=True, capture_output=True)
-    os.replace(obj + ".bin", path)  # atomic for concurrent sessions
-    os.remove(obj)
-  return path
+  """The second core's parking code (esp32s3_app/esp32s3/cpu1_park.S), as the
+  Makefile's `park` goal builds it into the build folder."""
+  from forge_tflm.deploy import firmware
+
+  make(["park"])
+  return os.path.join(firmware.build_dir("esp32s3"), "cpu1_park.bin")
 
 
 def qemu_command(elf: str, out_file: str, args: str = "", icount: bool = False,

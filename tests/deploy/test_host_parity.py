@@ -126,33 +126,33 @@ def _dataset_cache(tmp_path_factory):
 
 RESNET20_OPS = ("CONV_2D", "ADD", "MEAN", "FULLY_CONNECTED")  # the Makefile's default
 
-def _make(kernels: str, goals: list[str] = (), binary: str = "forge_app_host",
-          build_name: str | None = None, ops: list[str] | None = None) -> str:
-  """Builds esp32s3_app/host in the build cache (esp32s3_host/<build_name or kernels>);
-  ops: the OPS to compile (default: the Makefile's ResNet-20 set). The reference build
-  of ResNet-20's operators is run-firmware's own (same folder, same make flags), so
-  the two share one compile."""
+
+def _make(kernels: str, ops=RESNET20_OPS, gen: str | None = None) -> str:
+  """Builds esp32s3_app/host in run-firmware's build folder for `kernels` (one per
+  kernels, shared by every op set and with run-firmware: the framework compiles once)
+  and returns the binary: forge_app_host, or with gen (an export folder) the embedded
+  binary, linked beside the export's data."""
   from forge_tflm.deploy import firmware
 
-  build = os.path.join(third_party.build_cache(), "esp32s3_host", build_name or kernels)
-  if kernels == "reference" and not build_name and not ops:
-    ops = sorted(RESNET20_OPS)
-    build = firmware.ops_build_dir("host", " ".join(ops))
+  build = firmware.build_dir("host" if kernels == "reference" else f"host-{kernels}")
   tflm = third_party.snapshot("tflite-micro")
   esp_tflm = third_party.snapshot("esp-tflite-micro")
-  args = [f"KERNELS={kernels}", f"BUILD_DIR={build}",
+  args = [f"KERNELS={kernels}", f"BUILD_DIR={build}", "OPS=" + " ".join(sorted(ops)),
           f"THIRD_PARTY={os.path.join(esp_tflm, 'third_party')}"]
   if kernels == "reference":
     args.append(f"TFLM_DIR={tflm}")
   else:
     args += [f"TFLM_DIR={esp_tflm}", f"ESP_NN_DIR={third_party.snapshot('esp-nn')}"]
-  if ops:
-    args.append("OPS=" + " ".join(ops))
+  out = os.path.join(build, "bin", f"forge_app_host_{'+'.join(sorted(ops))}")
+  goal = "all"
+  if gen is not None:
+    out, goal = os.path.join(str(gen), f"forge_app_embedded_{kernels}"), "embedded"
+  args += [f"GEN_DIR={gen}", f"EMBEDDED_BIN={out}"] if gen is not None else [f"BIN={out}"]
   with _locked(build + ".lock"):
-    r = subprocess.run(["nice", "make", "-C", HOST_DIR, "-j2"] + list(goals) + args,
+    r = subprocess.run(["nice", "make", "-C", HOST_DIR, "-j2", goal] + args,
                        capture_output=True, text=True)
   assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
-  return os.path.join(build, binary)
+  return out
 
 
 @pytest.fixture(scope="session")
@@ -302,7 +302,7 @@ def test_export_firmware_embedded_build_verifies_bit_exact(tmp_path, artifacts, 
   text = (gen / "forge_app_data.cc").read_text()
   assert "alignas(16) const uint8_t forge_app_model[]" in text
   assert f"forge_app_num_images = {n};" in text
-  binary = _make("reference", ["embedded", f"GEN_DIR={gen}"], "forge_app_embedded")
+  binary = _make("reference", gen=gen)
   r = subprocess.run([binary, "--trace=all"], capture_output=True, text=True)
   assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
   run = deploy.parse_app_output(r.stdout)
@@ -331,7 +331,7 @@ def test_export_firmware_embedded_build_verifies_bit_exact(tmp_path, artifacts, 
   header = (gen_gate / "forge_app_data.h").read_text()
   assert "#define FORGE_APP_GATE_PROBE_IMAGES 2\n" in header
   assert "#define FORGE_APP_GATE_PERIOD 3\n" in header
-  binary = _make("reference", ["embedded", f"GEN_DIR={gen_gate}"], "forge_app_embedded")
+  binary = _make("reference", gen=gen_gate)
   r = subprocess.run([binary, "--trace=forge", "--gate"], capture_output=True, text=True)
   gated = deploy.parse_app_output(r.stdout)
   assert r.returncode == 0 and gated.ok and gated.header["mode"] == "gated"

@@ -4,17 +4,15 @@ TFLM target, held to the same parity rule as ResNet-20 (issue 16).
 Converts models/mobilenet_v2_0.5_cifar10.keras with FORGE at every site (cached in
 the build cache, keyed by model and converter sources), reads the ops the converted
 model uses (forge_tflm.deploy.expected.model_ops), builds esp32s3_app/host with OPS
-set to exactly those for KERNELS=reference and KERNELS=esp_nn (build-cache dirs
-esp32s3_host/mbv2_<kernels>, beside the ResNet-20 builds so neither invalidates the
-other), streams FORGE_TFLM_DEPLOY_IMAGES (default 200) gaussian_noise-5 images at
+set to exactly those for KERNELS=reference and KERNELS=esp_nn (the ResNet-20 builds'
+folders: only the kernels ResNet-20 lacks and the app compile again), streams FORGE_TFLM_DEPLOY_IMAGES (default 200) gaussian_noise-5 images at
 batch 1 with FORGE adapting, and requires tests/deploy/parity.check_parity: every
 op's output, every FORGE state and the logits bit-identical to the evaluator.
 
 Measured (2 shared cores): 200/200 images identical on both targets (every op, state
 and logit; OPS = ADD CONV_2D DEPTHWISE_CONV_2D FULLY_CONNECTED MEAN, ReLU6 fused into
 the convs), arena_used 578800 B (so the run passes --arena=2 MiB; the app's default
-512 KiB is too small), forge_persistent 82080 B. Cold: ~71 s of compiling per
-kernel variant + ~3 min to convert (decoding the calibration split into the session
+512 KiB is too small), forge_persistent 82080 B. Cold: ~3 min to convert (decoding the calibration split into the session
 cache) and compute the expected outputs; warm: ~10 s.
 """
 
@@ -79,7 +77,7 @@ def binaries(ops) -> dict[str, str]:
   missing = [t for t in ("make", "gcc", "g++") if shutil.which(t) is None]
   if missing:
     pytest.skip(f"needs {', '.join(missing)} to build esp32s3_app/host")
-  return {k: _make(k, build_name=f"mbv2_{k}", ops=ops) for k in TARGETS}
+  return {k: _make(k, ops) for k in TARGETS}
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,8 @@ The shared model (../shared/models/mlperf_tiny_ic/pretrainedResnet_quant.tflite,
 --calibration_size=200` (FORGE at its 9 convs, targets measured on the calibration
 images; cached in the build cache keyed by model + converter sources). Its builtins
 are not ResNet-20's (AVERAGE_POOL_2D, RESHAPE, SOFTMAX with an int8 output of scale
-1/256), so the targets are built with OPS = exactly the model's builtins, in
-build-cache folders beside the ResNet-20 builds (esp32s3_host/r8_<kernels>,
-cortexm/r8_<board>) so that neither invalidates the other. What a user ships, per
+1/256), so the targets are built with OPS = exactly the model's builtins, in the
+ResNet-20 builds' folders (the Makefiles keep what depends on OPS apart). What a user ships, per
 target: `forge_tflm export-firmware` (gaussian_noise-5 images, FORGE adapting,
 expected.json with every op's checksum) -> the C arrays linked in -> the run's log
 -> `forge_tflm verify-device`, which must pass every image: the softmax output
@@ -19,10 +18,10 @@ output and float32 state.
   host, ESP-NN's _ansi kernels  the same images and expected.json
   Cortex-M4F (qemu mps2-an386)  BOARD_IMAGES["an386"] (200), CMSIS-NN DSP path
 
-Slow (run with --runslow): the model's own op set means builds of its own (about 57
-host and 127 Cortex-M objects cold), too long for CI's budget; the verdicts of the
-last run are committed in benchmarks/results/mlperf_device_parity.txt. Skips (with the
-reason) without the shared model, CIFAR-10, gcc, or the Arm tools.
+The model's own op set adds only its kernels and the app to the ResNet-20 builds (one
+build folder per target); the verdicts of the last full run are committed in
+benchmarks/results/mlperf_device_parity.txt. Skips (with the reason) without the shared
+model, CIFAR-10, gcc, or the Arm tools.
 """
 
 from __future__ import annotations
@@ -47,7 +46,6 @@ N_SITES = 9  # every CONV_2D of ResNet-8
 # build of its own op set (~5 min on 2 shared cores) for the same kernels' MVE paths.
 BOARDS = ("an386",)
 TIMINGS: dict[str, float] = {}
-pytestmark = pytest.mark.slow
 
 
 def _timed(key, t0):
@@ -139,8 +137,7 @@ def test_mlperf_resnet8_host_bit_exact(artifact, ops, export, target, tmp_path):
     pytest.skip("needs make, gcc and g++ to build esp32s3_app/host")
   gen = export(N_IMAGES)
   t0 = time.time()
-  binary = _make(target, ["embedded", f"GEN_DIR={gen}"], "forge_app_embedded",
-                 build_name=f"r8_{target}", ops=ops)
+  binary = _make(target, ops, gen=gen)
   _timed(f"build_{target}", t0)
   r = subprocess.run([binary, "--trace=all"], capture_output=True, text=True)
   assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
@@ -163,7 +160,7 @@ def test_mlperf_resnet8_cortexm_bit_exact(artifact, ops, export, board, tmp_path
   n = cm.BOARD_IMAGES[board]
   gen = export(n)
   t0 = time.time()
-  elf = cm.build_elf(board, gen, ops=ops, build_name=f"r8_{board}")
+  elf = cm.build_elf(board, gen, ops=ops)
   _timed(f"build_{board}", t0)
   t0 = time.time()
   text, calib = cm.run_qemu(board, elf, "--trace=all")

@@ -80,3 +80,21 @@ def test_cached_evaluate_runs_once_then_loads(tmp_path):
   first = common.cached_evaluate(ctx, config, streams, artifact)
   assert len(os.listdir(tmp_path / "cache")) == 1
   assert common.cached_evaluate(ctx, config, streams, artifact) == first
+
+
+def test_a_kept_artifact_is_keyed_by_every_conversion_option(tmp_path):
+  """Failed before: the key was the model and its sites, so the experiments kept
+  evaluating artifacts converted with recorded targets after measured ones became the
+  default."""
+  from forge_tflm.converter.options import ConvertOptions
+  from forge_tflm.experiments.common import artifact_path
+
+  model = tmp_path / "m.keras"
+  model.write_bytes(b"model")
+  paths = {artifact_path(str(tmp_path), str(model), o) for o in (
+      ConvertOptions(), ConvertOptions(targets="recorded"), ConvertOptions(sites=("a",)),
+      ConvertOptions(calibration_size=100))}
+  assert len(paths) == 4
+  assert artifact_path(str(tmp_path), str(model), ConvertOptions()) in paths
+  model.write_bytes(b"other")
+  assert artifact_path(str(tmp_path), str(model), ConvertOptions()) not in paths
