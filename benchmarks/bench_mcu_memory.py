@@ -80,8 +80,10 @@ def run_board(board: str, artifacts: dict, x_by_name: dict) -> dict:
     if not run.ok:
       raise RuntimeError(f"{board}/{name} failed:\n{text[-2000:]}")
     out[name] = run.mem
-  objs = sorted(glob.glob(os.path.join(third_party.build_cache(), "cortexm", board,
-                                       "forge", "*.o")))
+  from forge_tflm.deploy import firmware
+
+  objs = sorted(glob.glob(os.path.join(firmware.build_dir(f"cortexm-{board}"), "forge",
+                                       "*.o")))
   return {"mem": out, "code": _size("arm-none-eabi-size", objs), "objects": objs}
 
 

@@ -130,8 +130,6 @@ def _quantize(ctx: _Context) -> None:
   logging.info("float and full-int8 conversion: %d bytes in %.1f s", len(ctx.plain_tflite),
                time.time() - t0)
   ctx.model_t = tg.load_model(ctx.plain_tflite)
-  if ctx.options.targets == "measured":
-    ctx.int8 = TfliteFrontend(ctx.source_path, data=ctx.plain_tflite)
 
 
 def _clean_top1(ctx: _Context) -> None:
@@ -244,6 +242,8 @@ def _read_int8(ctx: _Context) -> None:
 
 def _measure_targets(ctx: _Context) -> None:
   t0 = time.time()
+  if ctx.int8 is None:  # A float model's conversion, past the parity gate: the int8 door.
+    ctx.int8 = TfliteFrontend(ctx.source_path, data=ctx.plain_tflite)
   ctx.sites = ctx.int8.measure_targets(ctx.sites, ctx.calib_inputs, ctx.op_index)
   ctx.targets = {"source": "measured", "images": int(len(ctx.calib_inputs))}
   logging.info("measured the clean targets of %d sites on %d images in %.1f s",

@@ -398,6 +398,7 @@ class Manifest:
     unfound = [n for n in names if n not in self.bn_sites_found]
     _check(not unfound, f"site {unfound[:1]} is not among bn_sites_found")
     _check_targets(self.targets)
+    _check_contract_fits(self.input_contract, self.input_quant)
 
   @property
   def channels(self) -> int:
@@ -505,6 +506,28 @@ def _check_targets(targets: dict) -> None:
   if source == "measured" or images is not None:
     _check(_is_int(images) and 1 <= images <= _INT32_MAX,
            f"targets: images must be an integer >= 1 with source {source!r}, not {images}")
+
+
+# convert quantizes the input for the calibration floats' range; a contract whose floats
+# fall this far outside it (a fraction of the range), or span this little of it, is not
+# the one the model was converted with (pixels 0..255 for a 0..1 model saturate).
+_CONTRACT_OUTSIDE = 0.25
+_CONTRACT_NARROW = 1 / 16
+
+
+def _check_contract_fits(contract: InputContract, quant: TensorQuant) -> None:
+  if contract.kind == "range":
+    low, high = contract.low, contract.high
+  else:
+    ends = [((0.0 - m) / s, (1.0 - m) / s) for m, s in zip(contract.mean, contract.std)]
+    low, high = min(e[0] for e in ends), max(e[1] for e in ends)
+  q_low, q_high = quant.scale * (-128 - quant.zero_point), quant.scale * (127 - quant.zero_point)
+  span = q_high - q_low
+  outside = max(q_low - low, 0.0) + max(high - q_high, 0.0)
+  _check(outside <= _CONTRACT_OUTSIDE * span and high - low >= _CONTRACT_NARROW * span,
+         f"input contract {contract.describe()} gives floats in [{low:.4g}, {high:.4g}], but"
+         f" the model's input is quantized for [{q_low:.4g}, {q_high:.4g}]: not the"
+         " contract the model was converted with")
 
 
 def manifest_path(tflite_path: str) -> str:

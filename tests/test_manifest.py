@@ -77,8 +77,8 @@ CASES = {
     "scale_zero": (_set(("sites", 1, "output_quantization", "scale"), 0),
                    r"field sites\[1\]\.output_quantization: scale must be a finite number"
                    r" > 0, not 0"),
-    "scale_edited": (_set(("input", "quantization", "scale"), 0.5),
-                     r"field input\.quantization is scale 0\.5, zero point -128, but the"
+    "scale_edited": (_set(("input", "quantization", "scale"), 0.004),
+                     r"field input\.quantization is scale 0\.004, zero point -128, but the"
                      r" model's input tensor 'image'"),
     "duplicated_site": (_dup_site, r"sites: name 'bn@1' twice"),
     "reordered_sites": (lambda d: d["sites"].reverse(),
@@ -120,6 +120,20 @@ CASES = {
                                         r"targets: images must be an integer >= 1"),
     "targets_unknown_source": (_set(("targets",), {"source": "guessed"}),
                                r"targets must be \{'source': one of recorded, measured\}"),
+    # Failed before: accepted, and eval's accuracy fell silently (pixels 0..255 into a
+    # model quantized for 0..1 saturate).
+    "contract_does_not_fit_the_quantization": (
+        _set(("input", "quantization", "scale"), 0.5),
+        r"input contract --input_range=0,1 gives floats in \[0, 1\], but the model's input"
+        r" is quantized for \[0, 127\.5\]"),
+    "contract_high_255": (_set(("input", "contract", "high"), 255.0),
+                          r"input contract --input_range=0,255 gives floats in \[0, 255\],"
+                          r" but the model's input is quantized for \[0, 1\]"),
+    "contract_too_narrow": (_set(("input", "contract", "high"), 0.01),
+                            r"input contract --input_range=0,0.01 .* not the contract"),
+    "contract_normalize_wrong": (_set(("input", "contract"), {
+        "kind": "normalize", "mean": [0.5, 0.5, 0.5], "std": [0.01, 0.01, 0.01]}),
+                                 r"input contract --input_mean=0.5,0.5,0.5"),
     "site_not_found": (_set(("bn_sites_found",), ["bn@1"]),
                        r"site \['bn@3'\] is not among bn_sites_found"),
 }

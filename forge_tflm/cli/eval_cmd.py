@@ -72,10 +72,11 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
   flags.DEFINE_float("dirichlet_alpha", 0.1, "Concentration of --label_order=dirichlet"
                      " (0.1, 0.01: the benchmarks' settings; smaller = more correlated).",
                      lower_bound=1e-6, flag_values=fv)
-  flags.DEFINE_integer("orderings", 1, "Shuffled orderings per stream (K).",
-                       lower_bound=1, flag_values=fv)
+  # Every ordering is a whole stream per method: 1,000 of the whole split is days.
+  flags.DEFINE_integer("orderings", 1, "Shuffled orderings per stream (K, at most 1000).",
+                       lower_bound=1, upper_bound=1000, flag_values=fv)
   flags.DEFINE_integer("seed", 0, "Seed of orderings, corruptions and subsets.",
-                       flag_values=fv)
+                       lower_bound=0, upper_bound=2**32 - 1, flag_values=fv)
   flags.DEFINE_float("hurt_threshold", HURT_POINTS, "A method hurts a stream when its mean"
                      " accuracy is more than this many points under its source's (the"
                      " results' 'hurt' lists and the docs use this one definition).",

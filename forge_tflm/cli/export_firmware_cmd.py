@@ -42,9 +42,9 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
   flags.DEFINE_integer("images", 200, "Stream length (eval's --limit).", lower_bound=1,
                        flag_values=fv)
   flags.DEFINE_integer("seed", 0, "Subset, corruption and ordering seed (eval's --seed).",
-                       flag_values=fv)
+                       lower_bound=0, upper_bound=2**32 - 1, flag_values=fv)
   flags.DEFINE_integer("ordering", 0, "Which shuffled ordering (eval's k < --orderings).",
-                       lower_bound=0, flag_values=fv)
+                       lower_bound=0, upper_bound=999, flag_values=fv)
   flags.DEFINE_enum("mode", "adapt", ["adapt", "frozen", "gated"], "FORGE adapting (the"
                     " default), frozen at its clean targets, or gated (the field controller's"
                     f" defaults, re-probing every {DEVICE_PERIOD} images), as the firmware"

@@ -83,20 +83,22 @@ class Outcome:
 
 
 def bundled_artifact(ctx: ExperimentContext, model: str = "resnet20_cifar10",
-                     sites="all") -> str:
-  """The bundled model converted with the default options (and `sites`), made once per
-  model file content and kept in ctx.artifact_dir."""
-  return converted_artifact(ctx, BUNDLED_MODELS[model], "cifar10", sites)
+                     sites="all", **options) -> str:
+  """The bundled model converted with the default options (and `sites`, and `options`:
+  ConvertOptions fields), made once per model file content and options and kept in
+  ctx.artifact_dir."""
+  return converted_artifact(ctx, BUNDLED_MODELS[model], "cifar10", sites, **options)
 
 
 def converted_artifact(ctx: ExperimentContext, source: str, dataset: str,
-                       sites="all") -> str:
-  """`source` (.keras) converted with the default options (and `sites`, and
-  ctx.convert's overrides), calibrated on `dataset`'s training split; made once per
+                       sites="all", **overrides) -> str:
+  """`source` (.keras) converted with the default options (and `sites`, ctx.convert's
+  overrides and `overrides`), calibrated on `dataset`'s training split; made once per
   model file content and options, and kept in ctx.artifact_dir."""
   from forge_tflm.converter.options import ConvertOptions  # pylint: disable=import-outside-toplevel
 
-  options = ConvertOptions(sites=sites if sites == "all" else tuple(sites), **ctx.convert)
+  options = ConvertOptions(sites=sites if sites == "all" else tuple(sites),
+                           **{**ctx.convert, **overrides})
   path = artifact_path(ctx.artifact_dir, source, options)
   if os.path.exists(path) and os.path.exists(path[:-len(".tflite")] + ".json"):
     return path

@@ -7,7 +7,9 @@ split, batch 64, one shuffled ordering), each against its own non-adapting self:
                recalibrated forward-only (BN-adapt's statistics, the op's EMA rule);
   folded       the deployable int8 model, BN folded: nothing left to recalibrate, so
                its recovery is 0 by construction;
-  FORGE        the folded model with FORGE_RECALIB (the artifact, the C core).
+  FORGE        the folded model with FORGE_RECALIB (the artifact, the C core), with
+               the BN statistics as targets (`convert --targets=recorded`), as the
+               kept-BN model has them.
 
 TFLite cannot keep BN apart from a preceding conv (the converter folds it), so the
 kept-BN model is simulated from the artifact, faithfully where the int8 arithmetic is
@@ -231,7 +233,8 @@ def run(ctx: ExperimentContext) -> Outcome:
   from forge_tflm.evaluation.selection import StreamSpec, prepare  # pylint: disable=import-outside-toplevel
   from forge_tflm.sweep import run_units  # pylint: disable=import-outside-toplevel
 
-  artifact = bundled_artifact(ctx)
+  # The kept-BN model is rebuilt from the BN statistics: the recorded-target design.
+  artifact = bundled_artifact(ctx, targets="recorded")
   keras_path = BUNDLED_MODELS["resnet20_cifar10"]
   streams = [StreamSpec(c, ctx.data_dir, split="test", images=ctx.images or IMAGES)
              for c in CORRUPTIONS]

@@ -57,7 +57,7 @@ def test_legacy_h5_converts_without_shape_ops(shared_mlperf_ic, calibration, tmp
                    str(tmp_path / "r8.tflite"), calibration,
                    ConvertOptions(input_contract=PIXELS))
   m = result.manifest
-  assert len(m.sites) == 7 and m.targets == {"source": "recorded"}
+  assert len(m.sites) == 7 and m.targets["source"] == "measured"
   model = tg.load_model(result.tflite)
   ops = [tg.op_name(model, op) for op in model.subgraphs[0].operators]
   assert "SHAPE" not in ops and "PACK" not in ops

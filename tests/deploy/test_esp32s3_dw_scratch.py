@@ -49,7 +49,9 @@ def _cases(text: str) -> dict[str, dict]:
 
 def test_esp_nn_s3_depthwise_scratch_guard(tools):
   s3.make(["dw-check"])
-  elf = os.path.join(third_party.build_cache(), "esp32s3", "s3", "dw_scratch_check.elf")
+  from forge_tflm.deploy import firmware
+
+  elf = os.path.join(firmware.build_dir("esp32s3"), "dw_scratch_check.elf")
   text, _ = s3.run_qemu(elf, timeout=600)
   cases = _cases(text)
   op8 = cases[OP8]

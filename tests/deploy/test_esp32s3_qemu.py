@@ -307,7 +307,9 @@ def test_esp_nn_s3_fully_connected_widths(tools):
   matters (espressif/esp-nn issue 34 does not reproduce here). With a misaligned input
   the s16 path differs at every width (README: emulator or kernel, not decidable here)."""
   make(["fc-check"])
-  elf = os.path.join(third_party.build_cache(), "esp32s3", "s3", "fc_width_check.elf")
+  from forge_tflm.deploy import firmware
+
+  elf = os.path.join(firmware.build_dir("esp32s3"), "fc_width_check.elf")
   text, _ = run_qemu(elf)
   cases = _fc_cases(text)
   assert all(c["canary"] == "ok" for c in cases)

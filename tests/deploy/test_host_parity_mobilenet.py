@@ -116,3 +116,16 @@ def test_mobilenet_v2_matches_evaluator(runs, artifact, binaries, ops, target):
         f"identical logits; arena_used={run.mem['arena_used']} "
         f"forge_persistent={run.mem['forge_persistent']} "
         f"forge_scratch={run.mem['forge_scratch']}")
+
+
+def test_mobilenet_v2_default_conversion_is_its_plain_int8_model_in_source_mode(artifact):
+  """The default conversion measures targets on the plain int8 model (issue 50): in
+  source mode the artifact is that model bit for bit on the calibration images."""
+  import json
+
+  with open(os.path.splitext(artifact)[0] + ".json") as f:
+    manifest = json.load(f)
+  assert manifest["targets"] == {"source": "measured", "images": 300}
+  mode = manifest["parity"]["source_mode_vs_input"]
+  assert mode["images"] == 300 and mode["max_output_difference"] == 0.0, mode
+  assert len(manifest["sites"]) == 52

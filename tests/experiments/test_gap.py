@@ -16,7 +16,8 @@ from tests.data import fixtures
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
   d = tmp_path_factory.mktemp("gap")
-  src, _ = tiny_models.convert_tiny(d, ConvertOptions(recalib=RecalibOptions(window=16)),
+  src, _ = tiny_models.convert_tiny(d, ConvertOptions(recalib=RecalibOptions(window=16),
+                                                       targets="recorded"),
                                     size=32)
   data_dir = fixtures.write_image_folder(str(d / "data"), fixtures.image_folder_entries(4))
   return str(d / "tiny.tflite"), src, data_dir

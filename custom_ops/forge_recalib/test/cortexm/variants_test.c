@@ -140,6 +140,9 @@ static void fill_input(int8_t* x, int32_t n, int32_t kind, int32_t center,
       case 2: /* constant */
         v = center;
         break;
+      case 4: /* rectified (a ReLU conv output at zero point -128): mostly -128 */
+        v = (rnd() % 4) != 0 ? -128 : rnd_int(-128, 127);
+        break;
       default: { /* bell around center */
         int32_t s = (int32_t)(rnd() % (uint32_t)(spread + 1)) +
                     (int32_t)(rnd() % (uint32_t)(spread + 1)) - spread;
@@ -236,7 +239,7 @@ static void run_case(int icase) {
     const int32_t total = M * C;
     const int in_place = (rnd() % 6) == 0;
     int st;
-    fill_input(g_x, total, kind > 3 ? 3 : kind, rnd_int(-128, 127),
+    fill_input(g_x, total, kind > 4 ? 3 : kind, rnd_int(-128, 127),
                rnd_int(0, 100));
     st = forge_recalib_s8_ansi_path(g_x, g_y_ref, N, HW, C, g_beta, g_gamma,
                                     g_state[0], &opts, &quant, mode,
