@@ -11,8 +11,9 @@
  *     16-byte aligned): eight channels per 64-bit load (EE.VLD.L.64.XP, one
  *     row, the pointer stepping by C), sign-extended to int16 lanes
  *     (EE.VCMP.LT.S8 + EE.VZIP.8, ESP-NN's idiom); EE.VADDS.S16 keeps the q
- *     sums (saturating, never reached: |256 * -128| = 2^15 for the 256-row
- *     blocks), EE.VMUL.S16 with SAR 0 gives q*q exactly (<= 2^14), zipped with
+ *     sums over blocks of 128 rows (|128 * -128| = 2^14: it saturates to
+ *     +-32767, so 256 rows of -128, a dead ReLU channel, summed to -32767),
+ *     EE.VMUL.S16 with SAR 0 gives q*q exactly (<= 2^14), zipped with
  *     zero to int32 lanes and summed by EE.VADDS.S32. Integer sums are exact in
  *     any order: S1/S2 are the ansi ones. Other shapes: the ansi loop.
  *
@@ -41,7 +42,7 @@
 
 /* ----------------------------------------------------------------- stats */
 
-/* Sums of one 8-channel column block over n rows (1..256) from p (8-byte
+/* Sums of one 8-channel column block over n rows (1..kRowBlock) from p (8-byte
  * aligned) at stride: out = int16 s1[8], then int32 s2[8] (16-byte aligned).
  * q0 zero, q1 row, q2 sign / zero, q3 s1, q4 s2[0..3], q5 s2[4..7]; GCC never
  * allocates the q registers, and it sets SAR right before each shift that
@@ -74,6 +75,10 @@ static void pie_sums8(const int8_t* p, int32_t stride, int32_t n, void* out) {
       : "memory");
 }
 
+/* Rows per PIE block: the int16 q sums stay within +-2^14, inside EE.VADDS.S16's
+ * saturation (+-32767). */
+enum { kRowBlock = 128 };
+
 static int s3_stats(const int8_t* x, int32_t M, int32_t C, int64_t* s2,
                     int32_t* s1, int32_t* s2_blk) {
   int32_t c, row, k;
@@ -85,8 +90,8 @@ static int s3_stats(const int8_t* x, int32_t M, int32_t C, int64_t* s2,
     s1[c] = 0; /* |S1| <= 128 * 2^22 */
     s2[c] = 0;
   }
-  for (row = 0; row < M; row += 256) {
-    const int32_t n = M - row > 256 ? 256 : M - row;
+  for (row = 0; row < M; row += kRowBlock) {
+    const int32_t n = M - row > kRowBlock ? kRowBlock : M - row;
     const int8_t* p = x + (size_t)row * (size_t)C;
     for (c = 0; c < C; c += 8) {
       pie_sums8(p + c, C, n, buf);
