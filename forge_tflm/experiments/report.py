@@ -24,7 +24,8 @@ DIFFERENCE_THRESHOLD = 2.0
 LEVEL_NOTE = (
     "**Recovery level.** Every recovery measured here is about two thirds of the"
     " paper's, for every method alike: all 21 sites +13.2 vs +18.4, and in `baselines`"
-    " (same streams) FORGE +12.3, the fp32 BN-adapt +11.8 and TENT +12.2. So the"
+    " (same streams) FORGE with the paper's recorded BN targets +12.3, the fp32 BN-adapt"
+    " +11.8 and TENT +12.2 (FORGE with the default measured targets: +15.5). So the"
     " difference lies in the setting, not in FORGE: the bundled ResNet-20's int8 source"
     " holds 62.9-63.2% on these corruptions against the paper's 50.4%, and a stronger"
     " source leaves less to win back (the section \"The paper, table by table\"). Where"
