@@ -111,7 +111,12 @@ def test_bad_flag_values_are_refused_up_front(setup, capsys, tmp_path, no_work, 
 @pytest.mark.parametrize("flags, named", [
     (["--limit=-5"], "--limit=-5: -5 is not a non-negative integer"),
     (["--batch_size=0"], "--batch_size=0: 0 is not a positive integer"),
-    (["--orderings=0"], "--orderings=0: 0 is not a positive integer"),
+    (["--orderings=0"], "--orderings=0: 0 is not an integer in the range [1, 1000]"),
+    # Before: a billion orderings were planned (19.7 GB, no output); a negative seed
+    # reached numpy as a traceback.
+    (["--orderings=1000000000"], "is not an integer in the range [1, 1000]"),
+    (["--seed=-1"], "--seed=-1: -1 is not an integer in the range [0, 4294967295]"),
+    (["--seed=4294967296"], "is not an integer in the range [0, 4294967295]"),
     (["--severity=6"], "--severity=6: 6 is not an integer in the range [1, 5]"),
 ])
 def test_out_of_range_numbers_are_usage_errors(setup, capsys, tmp_path, no_work, flags,
