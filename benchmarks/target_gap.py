@@ -29,7 +29,6 @@ layers), in units of the site's mean measured std.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import os
 import subprocess
@@ -42,6 +41,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 from benchmarks._report import emit  # noqa: E402
+from forge_tflm.converter.calibration import _recording  # noqa: E402
 
 BATCH = 128
 CALIBRATION = 300  # the converter's default draw (ConvertOptions)
@@ -59,34 +59,19 @@ def _augment(images: np.ndarray, rng) -> np.ndarray:
   return out
 
 
-@contextlib.contextmanager
-def _bn_inputs(layers: dict, sink: dict):
-  """Records each BN layer's input (the conv output) per call."""
-  originals = {name: layer.call for name, layer in layers.items()}
-  for name, layer in layers.items():
-    def wrapped(x, *args, __name=name, __call=layer.call, **kwargs):
-      sink.setdefault(__name, []).append(np.asarray(x, np.float64))
-      return __call(x, *args, **kwargs)
-    layer.call = wrapped
-  try:
-    yield
-  finally:
-    for name, layer in layers.items():
-      layer.call = originals[name]
-
-
 def _moments(model, layers, x: np.ndarray, training: bool):
   """{site: (mean, var)} per channel of each BN's input; in training mode the mean of
   the per-batch moments (what the moving averages estimate)."""
   sink: dict = {}
-  with _bn_inputs(layers, sink):
+  with _recording(layers, sink, inputs=True):
     for i in range(0, len(x), BATCH):
       model(x[i:i + BATCH], training=training)
   out = {}
   for name, parts in sink.items():
-    flat = [p.reshape(-1, p.shape[-1]) for p in parts]
+    flat = [p.astype(np.float64).reshape(-1, p.shape[-1]) for p in parts]
     if training:
-      out[name] = (np.mean([f.mean(0) for f in flat], 0), np.mean([f.var(0) for f in flat], 0))
+      out[name] = (np.mean([f.mean(0) for f in flat], 0),
+                   np.mean([f.var(0) for f in flat], 0))
     else:
       allv = np.concatenate(flat)
       out[name] = (allv.mean(0), allv.var(0))
@@ -107,7 +92,7 @@ def _activate(x, activation: str):
 def _post_activation(model, layers, sites, x) -> dict:
   """{site: (mean, std)} per channel of act(BN(conv)) in eval mode over x."""
   sink: dict = {}
-  with _bn_inputs(layers, sink):
+  with _recording(layers, sink, inputs=True):
     for i in range(0, len(x), BATCH):
       model(x[i:i + BATCH], training=False)
   out = {}
@@ -115,7 +100,8 @@ def _post_activation(model, layers, sites, x) -> dict:
     layer = layers[s.name]
     mm, mv = np.asarray(layer.moving_mean), np.asarray(layer.moving_variance)
     g, b = np.asarray(layer.gamma), np.asarray(layer.beta)
-    conv = np.concatenate([p.reshape(-1, p.shape[-1]) for p in sink[s.name]])
+    conv = np.concatenate([p.astype(np.float64).reshape(-1, p.shape[-1])
+                           for p in sink[s.name]])
     y = _activate(g * (conv - mm) / np.sqrt(mv + layer.epsilon) + b, s.activation)
     out[s.name] = (y.mean(0), y.std(0))
   return out

@@ -35,14 +35,17 @@ def _layer_by_path(model, path: str):
 
 
 @contextlib.contextmanager
-def _recording(layers: dict[str, object], sink: dict[str, list[np.ndarray]]):
+def _recording(layers: dict[str, object], sink: dict[str, list[np.ndarray]],
+               inputs: bool = False):
+  """Appends each layer's output (or, with inputs, its first input) per call to
+  sink[name] while the model runs eagerly."""
   originals = {}
   for name, layer in layers.items():
     originals[name] = layer.call
 
     def wrapped(*args, __name=name, __call=layer.call, **kwargs):
       out = __call(*args, **kwargs)
-      sink.setdefault(__name, []).append(np.asarray(out))
+      sink.setdefault(__name, []).append(np.asarray(args[0] if inputs else out))
       return out
 
     layer.call = wrapped
