@@ -242,6 +242,17 @@ def _tflm_args() -> list[str]:
           f"THIRD_PARTY={os.path.join(esp, 'third_party')}"]
 
 
+def host_tflm_library(ops: str = "ADD CONV_2D FULLY_CONNECTED MEAN", progress=None) -> str:
+  """The host target's TFLM archive (framework and `ops`' reference kernels, from the
+  TFLM snapshot) in its build folder, built if needed; returns its path."""
+  build = build_dir("host")
+  archive = os.path.join(build, "ops", "+".join(sorted(ops.split())), "libtflm_subset.a")
+  with toolchains.locked(build + ".lock"):
+    _make("host", build, ["KERNELS=reference", *_tflm_args(), f"OPS={ops}"], [archive],
+          progress)
+  return archive
+
+
 def _build_host(export_dir: str, run_dir: str, expected: dict, progress) -> list[str]:
   ops = _builtin_ops(expected)
   build = build_dir("host")

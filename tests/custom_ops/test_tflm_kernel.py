@@ -7,8 +7,10 @@ tensorflow/lite/micro/tools/make/downloads), otherwise the TFLM snapshot in
 ../shared/third_party with the third_party/ headers of the esp-tflite-micro
 snapshot (flatbuffers 25.9.23, the version TFLM pins, with TFLM's patch
 already applied; checked here). Objects are cached in
-$FORGE_TFLM_KERNEL_BUILD_DIR (default <build cache>/tflm_kernel), so only the
-first run compiles the TFLM subset (about 1 minute on 2 cores).
+$FORGE_TFLM_KERNEL_BUILD_DIR (default <build cache>/tflm_kernel). With the
+snapshots the test links the host target's TFLM archive (the Makefile's TFLM_LIB,
+built once for run-firmware and the device tests: same tree, same flags), so only
+KernelRunner and its fakes compile here.
 """
 
 import os
@@ -66,17 +68,21 @@ def _patched_flatbuffers(third_party_dir, tflm_dir):
 
 
 def _tflm_tree():
-  """(tflm_dir, third_party_dir): $TFLM_DIR, or the shared snapshots."""
+  """(tflm_dir, third_party_dir, make args): $TFLM_DIR, or the shared snapshots (with
+  the host target's TFLM archive)."""
   tflm_dir = os.environ.get("TFLM_DIR")
   if tflm_dir:
     if not os.path.isfile(os.path.join(tflm_dir, "tensorflow", "lite", "micro",
                                        "micro_interpreter.h")):
       pytest.skip(f"TFLM_DIR={tflm_dir} is not a tflite-micro source tree")
     return tflm_dir, os.environ.get("TFLM_THIRD_PARTY_DIR", os.path.join(
-        tflm_dir, "tensorflow", "lite", "micro", "tools", "make", "downloads"))
+        tflm_dir, "tensorflow", "lite", "micro", "tools", "make", "downloads")), []
+  from forge_tflm.deploy import firmware
+
   tflm_dir = third_party.snapshot("tflite-micro")
   esp = third_party.snapshot("esp-tflite-micro")
-  return tflm_dir, _patched_flatbuffers(os.path.join(esp, "third_party"), tflm_dir)
+  return (tflm_dir, _patched_flatbuffers(os.path.join(esp, "third_party"), tflm_dir),
+          [f"TFLM_LIB={firmware.host_tflm_library()}"])
 
 
 def test_snapshot_flatbuffers_already_has_tflm_patch():
@@ -89,20 +95,20 @@ def test_snapshot_flatbuffers_already_has_tflm_patch():
 
 
 def test_tflm_kernel_test_passes():
-  tflm_dir, third_party_dir = _tflm_tree()
+  if not (shutil.which("make") and shutil.which("g++")):
+    pytest.skip("make and g++ are needed to build the kernel test")
+  tflm_dir, third_party_dir, lib_args = _tflm_tree()
   flexbuffers_h = os.path.join(third_party_dir, "flatbuffers", "include",
                                "flatbuffers", "flexbuffers.h")
   if not os.path.isfile(flexbuffers_h):
     pytest.skip(f"TFLM third-party headers missing ({flexbuffers_h}); set "
                 "TFLM_THIRD_PARTY_DIR")
-  if not (shutil.which("make") and shutil.which("g++")):
-    pytest.skip("make and g++ are needed to build the kernel test")
   build_dir = os.environ.get("FORGE_TFLM_KERNEL_BUILD_DIR", os.path.join(
       third_party.build_cache(), "tflm_kernel"))
   r = subprocess.run(
       ["nice", "-n", "19", "make", "-j2", "-C", MICRO_DIR, "test",
        f"TFLM_DIR={tflm_dir}", f"TFLM_THIRD_PARTY_DIR={third_party_dir}",
-       f"BUILD_DIR={build_dir}"],
+       f"BUILD_DIR={build_dir}", *lib_args],
       capture_output=True, text=True, timeout=1800)
   log = r.stdout + r.stderr
   assert r.returncode == 0, log[-6000:]

@@ -26,19 +26,18 @@ convention of tests/deploy/test_host_parity.py:
     bit-identical (the evaluator's reference mode is TFLM's arithmetic,
     forge_tflm.runtime.tflm_kernels; CMSIS-NN requantizes the same way).
 
-Compared per artifact: all 200 images on the Cortex-M4F, the first 50 on the Cortex-M55
-(its QEMU runs take ~0.75 s per image), the first 20 on the Cortex-M3 (all 200 with
---runslow); FORGE_TFLM_CORTEXM_IMAGES=N sets N for all.
+Compared per artifact: all 200 images on the Cortex-M4F, the first 20 on the Cortex-M55
+(its QEMU runs take ~0.75 s per image); the Cortex-M3 (a third cold ARM build) only with
+--runslow, all 200 images; FORGE_TFLM_CORTEXM_IMAGES=N sets N for all.
 A cost test checks the
 SysTick instruction clock (calibration, deterministic per-op counts) and the arena
 sizes; benchmarks/bench_mcu_cost.py reports the counts.
 
 Skips (with the reason) without arm-none-eabi-gcc + newlib, qemu-system-arm, the
 third-party snapshots or the dataset. Objects live in run-firmware's build folder
-(forge_tflm.deploy.firmware.build_dir("cortexm-<board>")). Measured on 2 cores: cold
-4 min (2.6 min compiling the M4F and M55) plus 2.6 min compiling the Cortex-M3; warm ~3.5 min (the
-integer artifact's parity runs add 83 s on the M4F and 39 s on the M55, the
-Cortex-M3's four 20-image runs ~15 s); --runslow's 200-image runs ~7 min more.
+(forge_tflm.deploy.firmware.build_dir("cortexm-<board>")). The Cortex-M3's tests
+(parity, cost, export-firmware, the FORGE_ARITH=int link check) carry the slow mark:
+its build alone is 87 s on 2 cores, cold.
 """
 
 from __future__ import annotations
@@ -78,13 +77,14 @@ ARTIFACTS = ("forge_all", "forge_3", "plain", "forge_int")
 # there run the float op in soft-float.
 FPU_LESS = {"an385"}
 STREAM_LIMIT = 200  # the evaluator's subset; tests take its first n images
-# Images compared per artifact: all 200 on the Cortex-M4F; 50 on the Cortex-M55, whose
-# QEMU runs take ~0.75 s per image (the M55's 200 also matched, session 9: 200/200 on
-# every artifact; run them with FORGE_TFLM_CORTEXM_IMAGES=200).
+# Images compared per artifact: all 200 on the Cortex-M4F and the Cortex-M3; 20 on the
+# Cortex-M55, whose QEMU runs take ~0.75 s per image (the M55's 200 also matched,
+# session 9: 200/200 on every artifact; run them with FORGE_TFLM_CORTEXM_IMAGES=200).
 _ENV_IMAGES = os.environ.get("FORGE_TFLM_CORTEXM_IMAGES")
-# The Cortex-M3: 20 in CI (~0.4 s per image), all 200 with --runslow.
 BOARD_IMAGES = {b: int(_ENV_IMAGES) if _ENV_IMAGES else n
-                for b, n in (("an386", STREAM_LIMIT), ("an547", 50), ("an385", 20))}
+                for b, n in (("an386", STREAM_LIMIT), ("an547", 20), ("an385", STREAM_LIMIT))}
+# The boards whose tests carry the slow mark (a cold build each, outside CI's budget).
+SLOW_BOARDS = {"an385"}
 TIMINGS: dict[str, float] = {}
 
 
@@ -219,12 +219,21 @@ def tools():
     pytest.skip(why)
 
 
+def board_params(boards=BOARDS):
+  """pytest parameters for `boards`, the slow ones marked slow."""
+  return [pytest.param(b, marks=pytest.mark.slow) if b in SLOW_BOARDS else b
+          for b in sorted(boards)]
+
+
 @pytest.fixture(scope="session")
-def libs(tools) -> None:
-  """Both boards' object libraries (the cold build), one board per make -j2."""
+def libs(tools, request) -> None:
+  """The boards' object libraries (the cold build), one board per make -j2; the slow
+  boards only with --runslow."""
+  slow = request.config.getoption("--runslow")
   with _timed("build_libs"):
     for board in BOARDS:
-      make(board, ["lib"])
+      if slow or board not in SLOW_BOARDS:
+        make(board, ["lib"])
 
 
 @pytest.fixture(scope="session")
@@ -302,20 +311,13 @@ def _check_parity(runs, artifacts, board, name, n):
         f"forge_persistent={run.mem['forge_persistent']}; timings {TIMINGS}")
 
 
-@pytest.mark.parametrize("board", sorted(BOARDS))
+@pytest.mark.parametrize("board", board_params())
 @pytest.mark.parametrize("name", ARTIFACTS)
 def test_cortexm_matches_evaluator(runs, artifacts, board, name):
   _check_parity(runs, artifacts, board, name, BOARD_IMAGES[board])
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ARTIFACTS)
-def test_cortexm3_matches_evaluator_all_images(runs, artifacts, name):
-  """The Cortex-M3 on the whole 200-image subset (CI: the first 20)."""
-  _check_parity(runs, artifacts, "an385", name, STREAM_LIMIT)
-
-
-@pytest.mark.parametrize("board", sorted(BOARDS))
+@pytest.mark.parametrize("board", board_params())
 def test_cortexm_instruction_clock_and_arena(libs, artifacts, stream, board):
   """trace=none timing runs: the SysTick clock counts instructions (calibrated ratio,
   identical per-op counts image after image for the input-independent ops), the
@@ -357,8 +359,10 @@ def test_cortexm_instruction_clock_and_arena(libs, artifacts, stream, board):
         f"{forge.mem['arena_used']:,} B with FORGE vs {plain.mem['arena_used']:,} B plain")
 
 
-@pytest.mark.parametrize("board,name", [(b, "forge_all") for b in sorted(BOARDS)]
-                         + [("an385", "forge_int"), ("an386", "forge_int")])
+@pytest.mark.parametrize("board,name", [
+    pytest.param(b, n, marks=[pytest.mark.slow] if b in SLOW_BOARDS else [])
+    for b, n in [(b, "forge_all") for b in sorted(BOARDS)]
+    + [("an385", "forge_int"), ("an386", "forge_int")]])
 def test_export_firmware_runs_bit_exact_on_cortexm(libs, artifacts, tmp_path, board, name):
   """What a user ships: `forge_tflm export-firmware` output linked into the board's
   ELF, run under QEMU, and `forge_tflm verify-device` on its log: bit-exact (logits,
@@ -453,6 +457,7 @@ def forge_soft_float_calls(elf: str) -> dict[str, set[str]]:
   return calls
 
 
+@pytest.mark.slow
 def test_cortexm3_int_build_links_no_soft_float_from_forge(libs, artifacts, stream):
   """The Cortex-M3 firmware with FORGE built for the integer arithmetic
   (FORGE_ARITH=int) calls no soft-float routine from FORGE's objects (options

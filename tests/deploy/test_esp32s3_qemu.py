@@ -14,8 +14,9 @@ gaussian_noise-5 stream, tests/deploy/parity.check_parity): every op's output, e
 FORGE state and the logits identical to the evaluator, image by image, with FORGE's
 ansi core and (forge_all) its S3 variant. The second core is parked
 (esp32s3_app/esp32s3/cpu1_park.S; README "Instruction counts"). Parity runs go without
--icount (~0.1 s per image): the whole 200-image stream per artifact
-(FORGE_TFLM_ESP32S3_IMAGES=N for fewer). The cost test runs 3 images per build under
+-icount (~0.15 s per image): the whole 200-image stream for the 21-site artifacts, the
+first 50 for the 3-site and plain ones, 96 for the gated runs
+(FORGE_TFLM_ESP32S3_IMAGES=N sets N for all). The cost test runs 3 images per build under
 -icount shift=0 (reproducible counts; FORGE's share with both cores). The FC-width test
 runs ESP-NN's S3 fully-connected kernels against _ansi over widths that are and are
 not multiples of 8 (espressif/esp-nn issue 34; docs/decisions/esp-nn-fc-guard.md).
@@ -46,6 +47,12 @@ ESP32S3_DIR = os.path.join(REPO_ROOT, "esp32s3_app", "esp32s3")
 ARTIFACTS = cm.ARTIFACTS
 _ENV_IMAGES = os.environ.get("FORGE_TFLM_ESP32S3_IMAGES")
 N_IMAGES = int(_ENV_IMAGES) if _ENV_IMAGES else cm.STREAM_LIMIT
+# The artifacts that only repeat what the 21-site ones run (fewer FORGE ops, none) and
+# the gated streams (5 decisions at 200 images, 3 at 96): shorter streams.
+SHORT_IMAGES = int(_ENV_IMAGES) if _ENV_IMAGES else 50
+GATED_IMAGES = int(_ENV_IMAGES) if _ENV_IMAGES else 96
+IMAGES = {"forge_all": N_IMAGES, "forge_int": N_IMAGES, "forge_3": SHORT_IMAGES,
+          "plain": SHORT_IMAGES}
 TIMINGS: dict[str, float] = {}
 # ResNet-20's operators and MLPerf Tiny ResNet-8's (test_esp32s3_mlperf.py): one
 # library for both models (the op set is part of the build's flags).
@@ -183,7 +190,7 @@ def _parity(lib, artifacts, stream, name, n, variant="ansi"):
 
 @pytest.mark.parametrize("name", ARTIFACTS)
 def test_esp32s3_matches_evaluator(lib, artifacts, stream, name):
-  _parity(lib, artifacts, stream, name, N_IMAGES)
+  _parity(lib, artifacts, stream, name, IMAGES[name])
 
 
 def test_esp32s3_forge_variant_matches_evaluator(lib, artifacts, stream):
@@ -211,10 +218,10 @@ def test_export_firmware_runs_bit_exact_on_esp32s3(lib, artifacts, tmp_path):
 @pytest.mark.parametrize("order", ["shuffled", "sorted"])
 def test_export_firmware_gated_runs_bit_exact_on_esp32s3(lib, artifacts, tmp_path, order):
   """export-firmware --mode=gated -> the emulated S3 with --gate -> verify-device,
-  bit-exact on the 200-image stream: every image's path (source / adapt / frozen), its
+  bit-exact on a 96-image stream: every image's path (source / adapt / frozen), its
   logits and prediction, every FORGE output and state, every gate decision. A short
   probe and period (16 / 40, as test_host_parity's gated tests) so that the stream
-  holds 5 decisions. Sorted by class with every probe deciding "on" (delta -1), the
+  holds 3 decisions. Sorted by class with every probe deciding "on" (delta -1), the
   detector flags and the adapting path runs the op's adapt_safe mode on the device."""
   import collections
 
@@ -228,26 +235,26 @@ def test_export_firmware_gated_runs_bit_exact_on_esp32s3(lib, artifacts, tmp_pat
   with pytest.MonkeyPatch.context() as mp:
     if "FORGE_TFLM_CACHE" not in os.environ:
       mp.setenv("FORGE_TFLM_CACHE", str(tmp_path / "cache"))
-    export_firmware(path, str(gen), data_dir=cm.DATA_DIR, images=N_IMAGES, mode="gated",
+    export_firmware(path, str(gen), data_dir=cm.DATA_DIR, images=GATED_IMAGES, mode="gated",
                     gate=GateConfig(probe_images=16, period=40,
                                     delta=-1.0 if order == "sorted" else None),
                     label_order=LabelOrder(order, None, 1))
   elf = build_elf(str(gen))
   t0 = time.time()
   text, _ = run_qemu(elf, "--trace=forge --gate")
-  TIMINGS[f"qemu_gated_{name}_{N_IMAGES}"] = round(time.time() - t0, 1)
+  TIMINGS[f"qemu_gated_{name}_{GATED_IMAGES}"] = round(time.time() - t0, 1)
   run = deploy.parse_app_output(text)
   assert run.ok and run.header["mode"] == "gated", text[-2000:]
-  assert len(run.paths) == N_IMAGES and len(run.forge_ops) == 21
+  assert len(run.paths) == GATED_IMAGES and len(run.forge_ops) == 21
   from forge_tflm.deploy.export import load_expected
   decisions = load_expected(str(gen))["gate"]["decisions"]  # The evaluator's.
   assert any(d["correlated"] for d in decisions) is (order == "sorted"), decisions
-  assert len(run.gate_decisions) == len(decisions) >= N_IMAGES // 40 + (N_IMAGES % 40 >= 16)
+  assert len(run.gate_decisions) == len(decisions) >= GATED_IMAGES // 40 + (GATED_IMAGES % 40 >= 16)
   log = tmp_path / "gated.log"
   log.write_text(text)
   from forge_tflm.cli.main import main as cli
   assert cli(["forge_tflm", "verify-device", str(log), f"--expected={gen}"]) == 0, text[-2000:]
-  print(f"\nesp32s3/{name} gated: verify-device BIT-EXACT, {N_IMAGES} images, paths "
+  print(f"\nesp32s3/{name} gated: verify-device BIT-EXACT, {GATED_IMAGES} images, paths "
         f"{dict(collections.Counter(run.paths))}, decisions "
         f"{[(d['image'], d['on']) for d in run.gate_decisions]}; arena_used="
         f"{run.mem['arena_used']}; {TIMINGS}")
