@@ -19,7 +19,7 @@ from absl import logging
 
 from forge_tflm import model_check
 from forge_tflm import tflite_graph as tg
-from forge_tflm.converter.sites import BNSite, ConversionError
+from forge_tflm.converter.sites import BNSite, ConversionError, first_line
 from forge_tflm.quiet import native_output_hidden
 from forge_tflm.ops.options import DEFAULT_EPS, activation_from_tflite
 
@@ -136,9 +136,13 @@ class TfliteFrontend:
       if act is None:
         raise ConversionError(f"{self.path}: op {i} has unsupported fused activation code"
                               f" {op.builtinOptions.fusedActivationFunction}")
+      quant = tg.per_tensor_quant(sg.tensors[op.outputs[0]])
+      if quant[0] * _EPS_STEP_FRACTION > 1:  # eps = (step / 16)^2 must stay <= 1.
+        raise ConversionError(f"{self.path}: {tg.op_name(m, op)} op {i}: output scale"
+                              f" {quant[0]:.6g} is above {1 / _EPS_STEP_FRACTION:g}, coarser"
+                              " than FORGE's variance floor takes: not a trained int8 model")
       convs.append(_Conv(index=i, kind=kind, output=int(op.outputs[0]), weights=weights,
-                         output_quant=tg.per_tensor_quant(sg.tensors[op.outputs[0]]),
-                         activation=act.name))
+                         output_quant=quant, activation=act.name))
     return convs
 
   @property
@@ -197,7 +201,11 @@ class TfliteFrontend:
     index = index if index is not None else self.op_index(sites)
     convs = {c.index: c for c in self.convs}
     picked = [convs[index[s.name]] for s in sites]
-    moments = _output_moments(self.data, picked, self.quantize_input(x_float))
+    x_int8 = self.quantize_input(x_float)
+    try:
+      moments = _output_moments(self.data, picked, x_int8)
+    except (ValueError, RuntimeError) as e:  # What the model check cannot see.
+      raise ConversionError(f"{self.path}: LiteRT cannot run it: {first_line(e)}") from e
     constant = sum(int(np.sum(std == 0)) for _, std in moments)
     if constant:
       # |gamma| = 0 holds such a channel at its clean value, in source mode too.

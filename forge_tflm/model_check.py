@@ -279,6 +279,9 @@ class _Checker:
     if not 0 <= tensor.buffer < len(buffers):
       bad(f"buffer index {tensor.buffer} is not one of the {len(buffers)} buffers")
     data = buffers[tensor.buffer].data
+    if tensor.buffer and data is not None and not len(data):  # Buffer 0 is exempt.
+      bad(f"buffer {tensor.buffer} holds an empty data vector, which LiteRT reads as a"
+          " constant of 0 bytes (a tensor without data leaves the vector out)")
     if data is not None and len(data) and len(data) != nbytes:
       bad(f"constant data is {len(data)} bytes, shape {_fmt_shape(shape)} of"
           f" {_TYPE_NAMES[tensor.type]} needs {nbytes}")

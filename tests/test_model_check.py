@@ -51,6 +51,13 @@ def _buffer_of(m, sg, name):
   return m.buffers[_tensor(sg, name).buffer]
 
 
+def _own_empty_buffer(m, sg, name):
+  b = schema.BufferT()
+  b.data = np.zeros(0, np.uint8)
+  m.buffers.append(b)
+  _tensor(sg, name).buffer = len(m.buffers) - 1
+
+
 def _swap(sg, a, b):
   sg.operators[a], sg.operators[b] = sg.operators[b], sg.operators[a]
 
@@ -104,6 +111,11 @@ RULES = {
                            r"buffer 0 must be empty"),
     "buffer_offset": (lambda m, sg: _set(m.buffers[1], offset=64, size=8),
                       r"buffer 1 points outside the flatbuffer"),
+    # An activation's buffer with an empty data vector (not left out): LiteRT took it
+    # for a 0-byte constant and failed in a two-line message (convert fuzz, issue 53).
+    "empty_data_vector": (lambda m, sg: _own_empty_buffer(m, sg, "add"),
+                          r"output 0 \(tensor \d+ 'add'\): buffer \d+ holds an empty"
+                          r" data vector"),
     # Tensors.
     "shape_0": (lambda m, sg: _set(_tensor(sg, "dw"), shape=[1, 8, 0, 8]),
                 r"output 0 \(tensor \d+ 'dw'\): shape \[1,8,0,8\] has a dimension < 1"),

@@ -608,6 +608,12 @@ void ResetRunState(const ForgeAppPlatform& platform, const ForgeAppConfig& confi
 int ReadModel(const ForgeAppConfig& config, Session* s) {
   if (config.model == nullptr || config.arena == nullptr) return Fail("no_model_or_arena", -1);
   if (config.images == nullptr && config.read_image == nullptr) return Fail("no_images", -1);
+  // TFLM trusts the flatbuffer's offsets; a corrupt one is refused here, not read.
+  flatbuffers::Verifier verifier(static_cast<const uint8_t*>(config.model),
+                                 config.model_size);
+  if (config.model_size == 0 || !tflite::VerifyModelBuffer(verifier)) {
+    return Fail("model_flatbuffer", -2);
+  }
   s->model = tflite::GetModel(config.model);
   if (s->model->version() != TFLITE_SCHEMA_VERSION) return Fail("schema_version", -2);
   if (s->model->subgraphs() == nullptr || s->model->subgraphs()->size() != 1) {

@@ -12,10 +12,10 @@
   X(u32, probe_images, PROBE_IMAGES, 256,                                           \
     "images per probe: both paths run, the path chosen last predicts")              \
   X(u32, period, PERIOD, 0,                                                         \
-    "images from the start of one probe to the next; 0: decide once")              \
+    "images from the start of one probe to the next (unset: one decision a stream)")\
   X(f64, delta, DELTA, 0.03,                                                        \
     "adapt iff the probe's diversity gain (nats) exceeds this")                    \
   X(u32, label_window, LABEL_WINDOW, 4096,                                         \
-    "label-correlation detector: images its class histogram spans; 0: no veto")
+    "label-correlation detector: images its class histogram spans; 0: off")
 
 #endif  // ESP32S3_APP_CORE_FORGE_CONTROLLER_SETTINGS_H_

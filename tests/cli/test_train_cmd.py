@@ -1,4 +1,8 @@
-"""`forge_tflm train` end to end on a tiny generated image folder."""
+"""`forge_tflm train` end to end on a tiny generated image folder.
+
+Three runs of the recipe's rarer paths (resuming across a JIT setting, resuming a
+checkpoint older than weight averaging, distillation from teachers) carry the slow
+mark: each trains for ~25 s, and CI's budget goes to the deployed path."""
 
 import json
 import os
@@ -65,6 +69,7 @@ def test_train_writes_model_and_log_and_resumes(tmp_path, capsys):
   assert model.output_shape == (None, 3)
 
 
+@pytest.mark.slow
 def test_train_resumes_with_another_jit_setting(tmp_path, monkeypatch):
   """XLA changes the speed, not the recipe: a stopped run may resume without it."""
   import keras
@@ -194,6 +199,7 @@ def test_train_with_weight_averaging_saves_the_average(tmp_path):
     assert WeightAverage.from_bytes(f.read()).count == 2
 
 
+@pytest.mark.slow
 def test_train_resumes_a_checkpoint_written_before_averaging_existed(tmp_path):
   data_dir = _dataset(tmp_path)
   out = str(tmp_path / "old.keras")
@@ -210,6 +216,7 @@ def test_train_resumes_a_checkpoint_written_before_averaging_existed(tmp_path):
     assert [h["epoch"] for h in json.load(f)["history"]] == [1, 2]
 
 
+@pytest.mark.slow
 def test_train_with_teachers_distills_and_resumes(tmp_path, capsys):
   data_dir = _dataset(tmp_path)
   teacher = str(tmp_path / "teacher.keras")

@@ -212,6 +212,13 @@ def _mutate_bias_buffer(m):
   sg = m.subgraphs[0]
   sg.tensors[_op(m, "CONV_2D").inputs[2]].buffer = len(m.buffers) + 5
 def _mutate_version(m): m.version = 2
+def _mutate_conv_output_scale(m):  # eps = (scale / 16)^2 > 1: ForgeOptions refused it.
+  m.subgraphs[0].tensors[_op(m, "CONV_2D").outputs[0]].quantization.scale[0] = 255.0
+def _mutate_empty_activation_buffer(m):  # LiteRT read it as a 0-byte constant.
+  b = tg.schema.BufferT()
+  b.data = np.zeros(0, np.uint8)
+  m.buffers.append(b)
+  m.subgraphs[0].tensors[_op(m, "CONV_2D").outputs[0]].buffer = len(m.buffers) - 1
 
 
 # Issue 53: each crashed convert (SIGSEGV, SIGABRT) or ended in a traceback or a
@@ -225,6 +232,10 @@ DOOR_MUTANTS = {
     "batch_0": _mutate_batch(0), "batch_-1": _mutate_batch(-1),
     "no_subgraphs": _mutate_no_subgraphs, "bias_buffer_out_of_range": _mutate_bias_buffer,
     "schema_version_2": _mutate_version,
+    # Found by tests/converter/convert_fuzz.py: a two-line LiteRT error and a ValueError
+    # about FORGE's eps that did not say which op.
+    "conv_output_scale_255": _mutate_conv_output_scale,
+    "empty_activation_buffer": _mutate_empty_activation_buffer,
 }
 
 

@@ -26,18 +26,19 @@ convention of tests/deploy/test_host_parity.py:
     bit-identical (the evaluator's reference mode is TFLM's arithmetic,
     forge_tflm.runtime.tflm_kernels; CMSIS-NN requantizes the same way).
 
-Compared per artifact: all 200 images on the Cortex-M4F, the first 20 on the Cortex-M55
-(its QEMU runs take ~0.75 s per image); the Cortex-M3 (a third cold ARM build) only with
---runslow, all 200 images; FORGE_TFLM_CORTEXM_IMAGES=N sets N for all.
+Compared per artifact: all 200 images on the Cortex-M4F; with --runslow also the first
+20 on the Cortex-M55 (its QEMU runs take ~0.75 s per image) and all 200 on the Cortex-M3
+(each a further cold ARM build; FORGE's Helium variant is checked in CI by
+tests/custom_ops/test_cortexm_variants.py); FORGE_TFLM_CORTEXM_IMAGES=N sets N for all.
 A cost test checks the
 SysTick instruction clock (calibration, deterministic per-op counts) and the arena
 sizes; benchmarks/bench_mcu_cost.py reports the counts.
 
 Skips (with the reason) without arm-none-eabi-gcc + newlib, qemu-system-arm, the
 third-party snapshots or the dataset. Objects live in run-firmware's build folder
-(forge_tflm.deploy.firmware.build_dir("cortexm-<board>")). The Cortex-M3's tests
-(parity, cost, export-firmware, the FORGE_ARITH=int link check) carry the slow mark:
-its build alone is 87 s on 2 cores, cold.
+(forge_tflm.deploy.firmware.build_dir("cortexm-<board>")). The Cortex-M55's and
+Cortex-M3's tests (parity, cost, export-firmware, the M3's FORGE_ARITH=int link check)
+carry the slow mark: each board's build alone is 72-97 s on 2 cores, cold.
 """
 
 from __future__ import annotations
@@ -83,8 +84,9 @@ STREAM_LIMIT = 200  # the evaluator's subset; tests take its first n images
 _ENV_IMAGES = os.environ.get("FORGE_TFLM_CORTEXM_IMAGES")
 BOARD_IMAGES = {b: int(_ENV_IMAGES) if _ENV_IMAGES else n
                 for b, n in (("an386", STREAM_LIMIT), ("an547", 20), ("an385", STREAM_LIMIT))}
-# The boards whose tests carry the slow mark (a cold build each, outside CI's budget).
-SLOW_BOARDS = {"an385"}
+# The boards whose tests carry the slow mark (a cold build each, outside CI's budget;
+# FORGE's Helium variant stays in CI: tests/custom_ops/test_cortexm_variants.py).
+SLOW_BOARDS = {"an385", "an547"}
 TIMINGS: dict[str, float] = {}
 
 
@@ -167,26 +169,48 @@ def run_qemu(board: str, elf: str, args: str = "", timeout: float = 1800) -> tup
   return text, calib
 
 
+def _artifact_root() -> str:
+  return os.path.join(third_party.build_cache(), "deploy_artifacts", _converter_hash())
+
+
+def _convert_r20(args: list[str]) -> None:
+  cmd = [sys.executable, "-m", "forge_tflm.cli.main", "convert", f"--model={MODEL}",
+         f"--data_dir={DATA_DIR}"] + args
+  r = subprocess.run(["nice"] + cmd, capture_output=True, text=True, cwd=REPO_ROOT)
+  if r.returncode != 0:
+    raise RuntimeError(f"{' '.join(cmd)}\n{r.stderr[-4000:]}")
+
+
+def _convert_first(root: str) -> None:
+  """The 21-site artifact and the plain int8 model (one conversion); the caller holds
+  the folder's lock."""
+  os.makedirs(root, exist_ok=True)
+  forge_all = os.path.join(root, "r20_forge_all.tflite")
+  plain = os.path.join(root, "r20_int8.tflite")
+  if not (os.path.exists(forge_all) and os.path.exists(plain)):
+    _convert_r20([f"--output={forge_all}", f"--plain_output={plain}"])
+
+
+def plain_resnet20() -> str:
+  """The bundled ResNet-20's plain int8 model (artifact_paths()["plain"]), converted
+  once for every test that uses it."""
+  root = _artifact_root()
+  with _locked(root + ".lock"):
+    _convert_first(root)
+  return os.path.join(root, "r20_int8.tflite")
+
+
 def artifact_paths() -> dict[str, str]:
   """name -> .tflite: the bundled ResNet-20 converted as tests/deploy/test_host_parity.py
   does it (same cache folder, key and lock, so both tests convert once)."""
-  root = os.path.join(third_party.build_cache(), "deploy_artifacts", _converter_hash())
+  root = _artifact_root()
   paths = {"forge_all": os.path.join(root, "r20_forge_all.tflite"),
            "plain": os.path.join(root, "r20_int8.tflite"),
            "forge_3": os.path.join(root, "r20_forge_3.tflite"),
            "forge_int": os.path.join(root, "r20_forge_int.tflite")}
-
-  def convert(args):
-    cmd = [sys.executable, "-m", "forge_tflm.cli.main", "convert", f"--model={MODEL}",
-           f"--data_dir={DATA_DIR}"] + args
-    r = subprocess.run(["nice"] + cmd, capture_output=True, text=True, cwd=REPO_ROOT)
-    if r.returncode != 0:
-      raise RuntimeError(f"{' '.join(cmd)}\n{r.stderr[-4000:]}")
-
+  convert = _convert_r20
   with _locked(root + ".lock"):
-    os.makedirs(root, exist_ok=True)
-    if not (os.path.exists(paths["forge_all"]) and os.path.exists(paths["plain"])):
-      convert([f"--output={paths['forge_all']}", f"--plain_output={paths['plain']}"])
+    _convert_first(root)
     if not os.path.exists(paths["forge_3"]):
       with open(os.path.splitext(paths["forge_all"])[0] + ".json") as f:
         sites = [s["name"] for s in json.load(f)["sites"]]

@@ -11,9 +11,10 @@ under qemu-system-xtensa -machine esp32s3, the UART log checked by verify-device
 Per artifact, the 200-image gaussian_noise-5 stream with no --arena_bytes (the
 export's own estimate): the bundled ResNet-20 with FORGE at 21 sites (adapting, and
 gated on a class-sorted stream), the plain int8 model (convert --sites=none: its
-manifest, no FORGE op; the first 50 images), the FORGE artifact of MLPerf Tiny's
-ResNet-8 (tests/deploy/test_mlperf_parity.py's conversion) and MobileNetV2-0.5 with its
-arena in PSRAM; at 3 sites with --runslow (the bare-metal S3 test runs it in CI).
+manifest, no FORGE op; the first 50 images) and MobileNetV2-0.5 with its arena in
+PSRAM; with --runslow also at 3 sites and the FORGE artifact of MLPerf Tiny's ResNet-8
+(tests/deploy/test_mlperf_parity.py's conversion), which the bare-metal S3 tests run
+in CI.
 One cold build (~8 minutes on 2 cores; the build cache keeps it per checkout); each
 further export recompiles the data and relinks. Skips (with what is missing) without
 cmake/ninja, the ESP-IDF tarball, the tool chain or emulator, the snapshots or CIFAR-10.
@@ -89,6 +90,7 @@ def test_idf_app_gated_on_a_class_sorted_stream(r20, tmp_path):
   assert {"gate path", "gate decisions"} <= set(v.compared), v.compared
 
 
+@pytest.mark.slow  # The bare-metal S3 runs it in CI (test_esp32s3_mlperf.py).
 def test_idf_app_runs_mlperf_resnet8(tools, artifact, tmp_path):
   v = _run(artifact, tmp_path).verification
   assert {"logits", "pred", "FORGE outputs", "FORGE state"} <= set(v.compared), v.compared

@@ -258,6 +258,27 @@ def test_device_matches_evaluator(runs, artifacts, binaries, target, name):
       f"{k} {v['ticks'] / hz * 1e3 / N_IMAGES:.2f}" for k, v in run.cost_type.items()))
 
 
+def test_corrupt_flatbuffer_is_one_error_line_before_tflm_reads_it(artifacts, binaries,
+                                                                  tmp_path):
+  """The app verifies the flatbuffer before TFLM reads it (TFLM trusts its offsets):
+  a truncated model and one whose root offset points past its end each end in
+  `error what=model_flatbuffer` and a non-zero exit, never a read out of bounds
+  (issue 53: corrupt flatbuffers reached TFLM unverified and crashed the app)."""
+  from forge_tflm import deploy
+
+  data = open(artifacts["forge_3"], "rb").read()
+  images = tmp_path / "x.bin"
+  deploy.write_image_stream(str(images), np.zeros((1, 32, 32, 3), np.int8))
+  bad = {"truncated": data[:len(data) * 3 // 5],
+         "root_past_end": (len(data) + 64).to_bytes(4, "little") + data[4:]}
+  for kind, model in bad.items():
+    path = tmp_path / f"{kind}.tflite"
+    path.write_bytes(model)
+    r = subprocess.run([binaries["reference"], str(path), str(images), "--images=1"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode > 0 and "error what=model_flatbuffer" in r.stdout, (kind, r)
+
+
 def test_forge_state_and_accuracy_match_evaluator_protocol(stream, artifacts, tmp_path_factory):
   """expected_outputs is the evaluator's `forge` method at batch 1 (same accuracy)."""
   from forge_tflm import deploy

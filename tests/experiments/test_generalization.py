@@ -3,6 +3,8 @@ says what it needs. Small generated data; one training epoch."""
 
 import json
 
+import pytest
+
 from forge_tflm.experiments import common, generalization
 from forge_tflm.sweep import make_executor
 from tests.data import fixtures
@@ -22,6 +24,7 @@ def test_missing_datasets_are_reported_not_faked(tmp_path):
   assert outcome.artifacts == ()
 
 
+@pytest.mark.slow  # Trains and converts three models (~90 s): outside CI's budget.
 def test_each_layout_runs_when_present(tmp_path):
   data = tmp_path / "datasets"
   c10 = fixtures.write_image_folder(str(data / "cifar10"), fixtures.image_folder_entries(2))

@@ -592,7 +592,7 @@ def load_and_run(path: str, kernels: str) -> tuple[str, str]:
   return "ok", ""
 
 
-def _child(path: str, kernels: str, fd: int, log: str) -> None:
+def _child(action, fd: int, log: str) -> None:
   # Nothing the libraries print may reach the worker's record stream (stdout);
   # stderr (an abort's message) goes to a file kept with a finding.
   devnull = os.open(os.devnull, os.O_WRONLY)
@@ -605,7 +605,7 @@ def _child(path: str, kernels: str, fd: int, log: str) -> None:
   limit = _vm_size() + MEMORY_LIMIT_BYTES
   if hard == resource.RLIM_INFINITY or hard > limit:
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-  outcome, msg = load_and_run(path, kernels)
+  outcome, msg = action()
   os.write(fd, json.dumps([outcome, msg]).encode())
   os.close(fd)
   os._exit(0)
@@ -620,15 +620,21 @@ def _vm_size() -> int:
 
 
 def run_isolated(path: str, kernels: str, workdir: str) -> dict:
-  """Runs load_and_run(path, kernels) in a forked child; {"outcome", "message",
-  "seconds"} with the crash or hang, if any, attributed to this one file."""
+  """Runs load_and_run(path, kernels) in a forked child (run_action)."""
+  return run_action(lambda: load_and_run(path, kernels), workdir)
+
+
+def run_action(action, workdir: str) -> dict:
+  """Runs action() -> (outcome, message) in a forked child under the time and memory
+  limits; {"outcome", "message", "seconds"} with the crash or hang, if any,
+  attributed to this one call."""
   r, w = os.pipe()
   t0 = time.monotonic()
   pid = os.fork()
   if pid == 0:
     os.close(r)
     try:
-      _child(path, kernels, w, os.path.join(workdir, "stderr.txt"))
+      _child(action, w, os.path.join(workdir, "stderr.txt"))
     finally:
       os._exit(70)
   os.close(w)
@@ -727,15 +733,25 @@ def worker(run_seed: int, indices: range, workdir: str, out) -> None:
 def fuzz(mutants: int, workers: int = 2, run_seed: int = 0, start: int = 0,
          workdir: str | None = None, progress=None) -> dict:
   """Runs mutants [start, start + mutants) in `workers` fork servers; a summary."""
+  return drive("tests.runtime.artifact_fuzz", mutants, workers, run_seed, start, workdir,
+               progress)
+
+
+def drive(module: str, mutants: int, workers: int = 2, run_seed: int = 0, start: int = 0,
+          workdir: str | None = None, progress=None, worker_args=()) -> dict:
+  """Runs mutants [start, start + mutants) in `workers` fork servers (`python -m
+  module --worker ...`, writing one JSON record per mutant) and sums them up. A
+  rejection's origin is its message's leading "[origin]"; the ones not from
+  "validator" or "manifest" are listed."""
   workdir = workdir or tempfile.mkdtemp(prefix="forge_fuzz_")
   cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
   procs = []
   for w in range(workers):
     wdir = os.path.join(workdir, f"worker{w}")
     os.makedirs(wdir, exist_ok=True)
-    cmd = [sys.executable, "-m", "tests.runtime.artifact_fuzz", "--worker",
+    cmd = [sys.executable, "-m", module, "--worker",
            f"--run_seed={run_seed}", f"--start={start + w}", f"--stop={start + mutants}",
-           f"--step={workers}", f"--workdir={wdir}"]
+           f"--step={workers}", f"--workdir={wdir}", *worker_args]
     env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get(
         "PYTHONPATH", ""))
     with open(os.path.join(wdir, "worker.log"), "w") as log:  # Library chatter.
