@@ -17,7 +17,31 @@ def pytest_addoption(parser):
                    help="also run tests marked slow")
 
 
+# What a test module needs beyond Python, as markers: the fast loop is
+# `pytest -m "not slow and not emulator and not build and not fuzz"`.
+MODULE_MARKS = {
+    "emulator": ("deploy/test_cortexm.py", "deploy/test_esp32s3_qemu.py",
+                 "deploy/test_esp32s3_idf.py", "deploy/test_esp32s3_mlperf.py",
+                 "deploy/test_mlperf_parity.py", "deploy/test_esp32s3_dw_scratch.py",
+                 "custom_ops/test_cortexm_variants.py", "custom_ops/test_esp32s3_variants.py"),
+    "build": ("deploy/test_host_parity.py", "deploy/test_host_parity_mobilenet.py",
+              "deploy/test_firmware.py", "deploy/test_esp32s3_project.py",
+              "custom_ops/test_tflm_kernel.py", "custom_ops/test_bazel.py",
+              "custom_ops/test_esp_idf_component.py", "custom_ops/test_float_free_prepare.py",
+              "custom_ops/test_int_fpu_less.py"),
+    "fuzz": ("runtime/test_fuzz_artifacts.py", "runtime/test_fuzz_manifests.py",
+             "converter/test_fuzz_convert.py", "deploy/test_fuzz_deploy_inputs.py",
+             "custom_ops/test_fuzz_options.py"),
+}
+
+
 def pytest_collection_modifyitems(config, items):
+  tests_dir = os.path.dirname(os.path.abspath(__file__))
+  marks = {os.path.join(tests_dir, m): mark for mark, ms in MODULE_MARKS.items() for m in ms}
+  for item in items:
+    mark = marks.get(str(item.path))
+    if mark:
+      item.add_marker(getattr(pytest.mark, mark))
   if config.getoption("--runslow"):
     return
   skip_slow = pytest.mark.skip(reason="slow test: run with --runslow")

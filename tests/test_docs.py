@@ -68,3 +68,12 @@ def test_link_finder_sees_links_and_skips_code(tmp_path):
   page.write_text("[a](x.md) `[b](y.md)` [c](https://e.org)\n```\n[d](z.md)\n```\n"
                   "![img](p.png)\n")
   assert _relative_links(str(page)) == [(1, "x.md"), (5, "p.png")]
+
+
+def test_every_decision_page_is_in_the_decisions_index():
+  folder = os.path.join(REPO_ROOT, "docs", "decisions")
+  index = {os.path.normpath(os.path.join(folder, t))
+           for _, t in _relative_links(os.path.join(folder, "README.md"))}
+  pages = {p for p in glob.glob(os.path.join(folder, "*.md"))
+           if os.path.basename(p) != "README.md"}
+  assert not sorted(pages - index), sorted(os.path.basename(p) for p in pages - index)
