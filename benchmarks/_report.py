@@ -53,3 +53,27 @@ def worker_fuzz_main(fuzzer, script: str, report, doc: str, argv=None) -> int:
   emit(report(summary, command_line(script, argv)), args.output)
   bad = any(summary["counts"].get(o) for o in fuzzer.FAILURES)
   return 1 if bad or any(summary["worker_exit_codes"]) else 0
+
+
+def fuzz_summary_lines(summary: dict, outcomes, time_limit: int, unclean: str) -> list[str]:
+  """A fuzz run's counts: outcomes, crashes, hangs, unclean errors (`unclean` says what
+  counts), rejections by origin, time, and the tables by seed and by mutator."""
+  counts = summary["counts"]
+  n = summary["mutants"]
+  return [
+      f"mutants: {n:,}",
+      "outcomes: " + ", ".join(f"{o} {counts.get(o, 0):,}" for o in outcomes),
+      f"crashes (abort, segfault, any signal): {counts.get('crash', 0)}",
+      f"hangs (past {time_limit} s): {counts.get('hang', 0)}",
+      f"unclean errors ({unclean}): {counts.get('error', 0)}",
+      "rejections by: " + ", ".join(f"{k} {v:,}" for k, v in
+                                    sorted(summary["rejected_by"].items())),
+      f"wall: {summary['wall_seconds']:,.0f} s, CPU (workers and children):"
+      f" {summary['cpu_seconds']:,.0f} s = {1000 * summary['cpu_seconds'] / max(n, 1):.1f}"
+      f" ms per mutant; slowest mutant {summary['max_mutant_seconds']:.2f} s, mean"
+      f" {1000 * summary['mean_mutant_seconds']:.1f} ms (wall, shared host)",
+      "",
+      *outcome_table("seed", summary["by_seed"], outcomes),
+      "",
+      *outcome_table("mutator", summary["by_mutator"], outcomes),
+  ]

@@ -20,13 +20,12 @@ import sys
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks._report import dated, outcome_table, worker_fuzz_main  # noqa: E402
+from benchmarks._report import dated, fuzz_summary_lines, worker_fuzz_main  # noqa: E402
 from tests.converter import convert_fuzz as cf  # noqa: E402
 from tests.runtime import artifact_fuzz as af  # noqa: E402
 
 
 def report(summary: dict, command: str) -> str:
-  counts = summary["counts"]
   n = summary["mutants"]
   lines = [
       dated(command),
@@ -37,22 +36,9 @@ def report(summary: dict, command: str) -> str:
       f" calibration images; seeds (sha256) {summary['seeds']}; {platform.platform()},"
       f" Python {platform.python_version()}, {os.cpu_count()} CPUs",
       "",
-      f"mutants: {n:,}",
-      "outcomes: " + ", ".join(f"{o} {counts.get(o, 0):,}" for o in cf.OUTCOMES),
-      f"crashes (abort, segfault, any signal): {counts.get('crash', 0)}",
-      f"hangs (past {af.TIME_LIMIT_S} s): {counts.get('hang', 0)}",
-      "unclean errors (other exception, multi-line message, partial output, an artifact"
-      f" the evaluator refuses): {counts.get('error', 0)}",
-      "rejections by: " + ", ".join(f"{k} {v:,}" for k, v in
-                                    sorted(summary["rejected_by"].items())),
-      f"wall: {summary['wall_seconds']:,.0f} s, CPU (workers and children):"
-      f" {summary['cpu_seconds']:,.0f} s = {1000 * summary['cpu_seconds'] / max(n, 1):.1f}"
-      f" ms per mutant; slowest mutant {summary['max_mutant_seconds']:.2f} s, mean"
-      f" {1000 * summary['mean_mutant_seconds']:.1f} ms (wall, shared host)",
-      "",
-      *outcome_table("seed", summary["by_seed"], cf.OUTCOMES),
-      "",
-      *outcome_table("mutator", summary["by_mutator"], cf.OUTCOMES),
+      *fuzz_summary_lines(summary, cf.OUTCOMES, af.TIME_LIMIT_S,
+                         "other exception, multi-line message, partial output, an artifact"
+      " the evaluator refuses"),
   ]
   if summary["findings"]:
     lines += ["", "findings:"] + [
