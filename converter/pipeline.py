@@ -333,7 +333,7 @@ def convert(source_path: str, output: str, calibration,
       calibration={"images": int(len(ctx.calib_inputs)), "source": ctx.calibration_source,
                    "seed": options.calibration_seed, "preact_range": options.preact_range},
       targets=ctx.targets)
-  files = {paths["tflite"]: ctx.tflite, paths["manifest"]: manifest.dumps()}
+  files = {paths["manifest"]: manifest.dumps()}
   if options.c_array:
     name = outputs.c_identifier(output)
     header, source = outputs.c_array_sources(
@@ -343,8 +343,14 @@ def convert(source_path: str, output: str, calibration,
     files[paths["c_source"]] = source.encode()
   if plain_output:
     files[paths["plain"]] = ctx.plain_tflite
+  # The model is renamed last: it commits the set. A SIGKILL before its rename leaves
+  # the old model beside a new manifest (every reader refuses the sha256 mismatch) or,
+  # on a first convert, no model. With the manifest last, that first convert would
+  # leave a FORGE model without one, which `evaluate` reads (its manifest is optional).
+  files[paths["tflite"]] = ctx.tflite
   write_atomically(files)
   seconds = time.time() - t0
   logging.info("wrote %s (%d FORGE sites, %d bytes state) in %.1f s", output,
                len(manifest.sites), manifest.state_bytes, seconds)
-  return ConversionResult(ctx.tflite, ctx.plain_tflite, manifest, tuple(files), seconds)
+  return ConversionResult(ctx.tflite, ctx.plain_tflite, manifest, tuple(paths.values()),
+                          seconds)

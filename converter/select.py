@@ -5,6 +5,11 @@ from __future__ import annotations
 from forge_tflm.converter.sites import BNSite, ConversionError
 
 
+def _show(name: str) -> str:
+  """A site name as an error line shows it: cut, and quoted if it is not printable."""
+  return name[:60] if name.isprintable() else repr(name[:60])
+
+
 def select_sites(found: list[BNSite], wanted) -> list[BNSite]:
   """`wanted` is "all", "none" or site names; the result keeps the model's order."""
   if wanted == "all":
@@ -14,8 +19,9 @@ def select_sites(found: list[BNSite], wanted) -> list[BNSite]:
   by_name = {s.name: s for s in found}
   unknown = [n for n in wanted if n not in by_name]
   if unknown:
-    raise ConversionError(f"unknown site(s) {', '.join(unknown)}; the model's sites are:"
-                          f" {', '.join(by_name)}")
+    more = f" and {len(unknown) - 5:,} more" if len(unknown) > 5 else ""
+    raise ConversionError(f"unknown site(s) {', '.join(map(_show, unknown[:5]))}{more};"
+                          f" the model's sites are: {', '.join(by_name)}")
   chosen = set(wanted)
   return [s for s in found if s.name in chosen]
 
@@ -31,7 +37,9 @@ def read_sites_file(path: str) -> tuple[str, ...]:
   if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
     raise ConversionError(f"sites file {path}: expected a JSON list of site names or"
                           " {\"sites\": [...]}")
-  twice = [n for n in names if names.count(n) > 1]
-  if twice:
-    raise ConversionError(f"sites file {path}: site {twice[0]!r} is listed twice")
+  seen = set()
+  for n in names:  # Linear: list.count per name hung on a 1 MB file.
+    if n in seen:
+      raise ConversionError(f"sites file {path}: site {n[:60]!r} is listed twice")
+    seen.add(n)
   return tuple(names)

@@ -595,7 +595,8 @@ def load_manifest(mpath: str, model: bytes, parsed) -> Manifest:
   except ArtifactError as e:
     raise ArtifactError(f"{mpath}: malformed manifest: {e}") from None
   if manifest.model_sha256 != hashlib.sha256(model).hexdigest():
-    raise ArtifactError(f"manifest {mpath} is for another model (sha256 mismatch)")
+    raise ArtifactError(f"manifest {mpath} is for another model (sha256 mismatch, as an"
+                        " interrupted convert leaves them): run forge_tflm convert again")
   try:
     check_manifest(manifest, parsed, len(model))
   except ArtifactError as e:

@@ -14,11 +14,12 @@ import hashlib
 import json
 import math
 import os
-import re
 import signal
 import tempfile
 import threading
 from typing import Iterator
+
+import numpy as np
 
 
 def current_umask() -> int:
@@ -38,7 +39,8 @@ def current_umask() -> int:
 # Signals that end a process while it writes. While a temporary file is live, the
 # default action of SIGTERM and SIGHUP (die at once, leaving it behind) becomes
 # SystemExit, so the `finally` below removes it; Ctrl-C's KeyboardInterrupt already
-# unwinds. SIGKILL cannot be caught: only it still leaves a temporary.
+# unwinds. SIGKILL cannot be caught: only it still leaves a temporary, which the next
+# write of that file removes (_remove_stale).
 _EXIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
@@ -64,21 +66,68 @@ def _signals_unwind() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _signals_deferred() -> Iterator[None]:
-  """Inside: SIGINT, SIGTERM and SIGHUP wait (blocked) until the block is done, so a
-  set of renames completes or, if an earlier one failed, stops as an error would."""
-  blocked = {signal.SIGINT, *_EXIT_SIGNALS}
-  old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+  """Inside: SIGINT, SIGTERM and SIGHUP wait until the block is done, so a set of
+  renames completes or, if an earlier one failed, stops as an error would. Blocking them
+  in this thread is not enough: the kernel then hands a signal to another thread (LiteRT
+  and BLAS pools), and Python still runs its handler here, mid-renames. So the main
+  thread also swaps in handlers that only note a signal, and raises it again after."""
+  deferred = (signal.SIGINT, *_EXIT_SIGNALS)
+  caught: list[int] = []
+  saved = {}
+  if threading.current_thread() is threading.main_thread():
+    for sig in deferred:
+      if signal.getsignal(sig) not in (signal.SIG_IGN, None):
+        saved[sig] = signal.signal(sig, lambda signum, frame: caught.append(signum))
+  old = signal.pthread_sigmask(signal.SIG_BLOCK, deferred)
   try:
     yield
   finally:
+    for sig, handler in saved.items():
+      signal.signal(sig, handler)
     signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    for sig in dict.fromkeys(caught):
+      signal.raise_signal(sig)
+
+
+# Temporaries are named .forge_tmp_<host>_<pid>_<target>_XXXXXXXX<suffix>. A SIGKILL
+# (which no handler sees) leaves them behind; the next write of the same target removes
+# those whose writer is gone: same host, and that pid no longer exists. A live writer's
+# (this process included) and another host's, which may still be writing, stay.
+def _host_prefix() -> str:
+  return f".forge_tmp_{hashlib.sha256(os.uname().nodename.encode()).hexdigest()[:8]}_"
+
+
+def _writer_gone(pid: str) -> bool:
+  if not pid.isdigit() or int(pid) == 0:
+    return False
+  try:
+    os.kill(int(pid), 0)
+  except ProcessLookupError:
+    return True
+  except OSError:  # EPERM: it exists, as another user.
+    pass
+  return False
+
+
+def _remove_stale(directory: str, target: str) -> None:
+  """Removes the temporaries of `target` (a name in `directory`) that writers killed
+  by SIGKILL left."""
+  prefix = _host_prefix()
+  for name in os.listdir(directory):
+    pid, _, rest = name[len(prefix):].partition("_")
+    if (name.startswith(prefix) and rest.startswith(target[:64] + "_")
+        and _writer_gone(pid)):
+      with contextlib.suppress(FileNotFoundError):  # Another writer removed it first.
+        os.unlink(os.path.join(directory, name))
 
 
 def _new_temp(path: str, suffix: str) -> str:
   """An empty temporary beside `path`, mode 0666 & ~umask (mkstemp's is 0600)."""
-  directory = os.path.dirname(os.path.abspath(path))
+  directory, target = os.path.split(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=directory, prefix=".forge_tmp_", suffix=suffix)
+  _remove_stale(directory, target)
+  fd, tmp = tempfile.mkstemp(dir=directory, suffix=suffix,
+                             prefix=f"{_host_prefix()}{os.getpid()}_{target[:64]}_")
   try:
     os.fchmod(fd, 0o666 & ~current_umask())
   finally:
@@ -118,7 +167,9 @@ def _write_file(path: str, data: bytes) -> None:
 def write_atomically(files: dict[str, bytes]) -> None:
   """Writes all files or none: every temporary first, then the renames (with the
   exit signals held back, so a kill lands before or after the whole set). No
-  temporary survives any exit but SIGKILL."""
+  temporary survives any exit but SIGKILL. The renames run in the order of `files`:
+  put last the file whose presence commits the set, since a SIGKILL between two
+  renames (nothing can hold it back) leaves the files before it new, the rest old."""
   temps: list[str] = []
   with _signals_unwind():
     try:
@@ -256,8 +307,14 @@ def check_output_dir(path: str, what: str = "output directory") -> None:
 # and numbers beyond float range (1e999 parses as inf), integers longer than
 # MAX_JSON_INT_DIGITS (Python refuses > 4300 digits with a ValueError of its own) and
 # duplicated keys (json keeps the last one silently).
+# Sizes: a file past its reader's limit is refused before it is read, so no input
+# makes a reader slow. Settings files (manifests, sites files) are a few KB; results
+# files (an evaluation's per-stream records, an export's expected.json of a whole
+# split: ~28 MB) are bigger.
 MAX_JSON_DEPTH = 64
 MAX_JSON_INT_DIGITS = 20
+MAX_SETTINGS_JSON_BYTES = 1 << 20
+MAX_RESULTS_JSON_BYTES = 64 << 20
 
 
 class JSONFileError(ValueError):
@@ -310,40 +367,48 @@ def _depth(value) -> int:
   return deepest
 
 
-# One token at a time, left to right (linear): a quote, an escape pair, a bracket. A
-# regex for whole strings retried at every quote of an unclosed string full of \"
-# (quadratic: 32 KB took 40 s).
-_JSON_TOKEN = re.compile(r'["\[\]{}]|\\.', re.S)
-
-
-def _text_depth(text: str) -> int:
+def _text_depth(raw: bytes) -> int:
   """The deepest bracket nesting of JSON text, strings skipped: checked before the
   parser runs, because json's C scanner recurses on the C stack and only stops at the
   interpreter's recursion limit, which libraries raise (a deep file then overflows the
-  stack: a segfault, not a RecursionError)."""
-  depth = peak = 0
-  in_string = False
-  for m in _JSON_TOKEN.finditer(text):
-    t = m.group()
-    if t == '"':
-      in_string = not in_string
-    elif in_string or t[0] == "\\":
-      continue
-    else:
-      depth += 1 if t in "[{" else -1
-      peak = max(peak, depth)
-  return peak
+  stack: a segfault, not a RecursionError). Vectorized: a Python loop over tokens took
+  0.45 s per MB of brackets, and a regex for whole strings was quadratic on an
+  unclosed string full of \\" (32 KB: 40 s)."""
+  b = np.frombuffer(raw, np.uint8)
+  if b.size == 0:
+    return 0
+  idx = np.arange(b.size)
+  # A quote is escaped when an odd run of backslashes ends just before it.
+  last_other = np.maximum.accumulate(np.where(b != ord("\\"), idx, -1))
+  run_before = np.empty(b.size, np.int64)
+  run_before[0] = 0
+  run_before[1:] = idx[:-1] - last_other[:-1]
+  quote = (b == ord('"')) & (run_before % 2 == 0)
+  in_string = (np.cumsum(quote) - quote) % 2 == 1  # Quotes strictly before: odd.
+  step = np.zeros(b.size, np.int8)
+  step[(b == ord("[")) | (b == ord("{"))] = 1
+  step[(b == ord("]")) | (b == ord("}"))] = -1
+  step[in_string] = 0
+  return int(max(np.cumsum(step, dtype=np.int64).max(), 0))
 
 
-def load_json(path: str, nan: bool = False):
+def load_json(path: str, nan: bool = False, max_bytes: int = MAX_SETTINGS_JSON_BYTES):
   """The parsed JSON of file `path`; JSONFileError (one line, naming `path`) when it
   is not strict JSON within the limits above (`nan`: NaN is read, for files whose
-  writer records "no value" so). OSError as open() raises it."""
+  writer records "no value" so; `max_bytes`: the reader's size limit). OSError as
+  open() raises it."""
   with open(path, "rb") as f:
-    raw = f.read()
+    size = os.fstat(f.fileno()).st_size
+    if size > max_bytes:
+      raise JSONFileError(f"{path}: {size:,} bytes, more than the {max_bytes:,} a file"
+                          " of this kind can be")
+    raw = f.read(max_bytes + 1)
+  if len(raw) > max_bytes:  # Not a regular file (a pipe, /dev/zero): no size to stat.
+    raise JSONFileError(f"{path}: more than the {max_bytes:,} bytes a file of this kind"
+                        " can be")
   try:
     text = raw.decode("utf-8")
-    if _text_depth(text) > MAX_JSON_DEPTH:
+    if _text_depth(raw) > MAX_JSON_DEPTH:
       raise RecursionError
     data = json.loads(text, object_pairs_hook=_unique_keys, parse_int=_parse_int,
                       parse_float=_parse_float,

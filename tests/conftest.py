@@ -31,7 +31,8 @@ MODULE_MARKS = {
               "custom_ops/test_int_fpu_less.py"),
     "fuzz": ("runtime/test_fuzz_artifacts.py", "runtime/test_fuzz_manifests.py",
              "converter/test_fuzz_convert.py", "deploy/test_fuzz_deploy_inputs.py",
-             "custom_ops/test_fuzz_options.py"),
+             "custom_ops/test_fuzz_options.py", "converter/test_fuzz_sites.py",
+             "evaluation/test_fuzz_resume.py"),
 }
 
 

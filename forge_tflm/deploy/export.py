@@ -39,7 +39,8 @@ from forge_tflm.deploy.expected import expected_gated, expected_outputs, model_o
 from forge_tflm.evaluation.gate import device_defines
 from forge_tflm.deploy.streams import (corrupted_stream, model_input, write_c_arrays,
                                        write_image_stream)
-from forge_tflm.fileio import check_output_dir, current_umask, load_json
+from forge_tflm.fileio import (MAX_RESULTS_JSON_BYTES, check_output_dir, current_umask,
+                               load_json)
 
 EXPECTED_FILE = "expected.json"
 # What an export writes, and what earlier versions' interrupted exports left in it.
@@ -110,6 +111,9 @@ def export_firmware(artifact_path: str, out_dir: str = DEFAULT_OUT, *, data_dir=
       "label_order": label_order.spec if label_order is not None else "shuffled",
       "mode": mode, "kernels": "reference",
       "arena_bytes": arena, "ops": op_names, "forge_ops": forge_ops,
+      # The mem line's forge_state: the kernel's state allocation per site
+      # (forge_recalib_state_bytes: 8 bytes per channel), summed.
+      "forge_state_bytes": artifact.manifest.state_bytes,
       "accuracy": float(np.mean(exp.predictions == labels)),
       "accuracy_source": float(np.mean(source.predictions == labels)),
       "per_image": [{
@@ -238,7 +242,7 @@ def load_expected(path: str) -> dict:
   if os.path.isdir(path):
     path = os.path.join(path, EXPECTED_FILE)
   try:
-    doc = load_json(path)
+    doc = load_json(path, max_bytes=MAX_RESULTS_JSON_BYTES)
   except OSError as e:
     raise ValueError(f"cannot read {path}: {e.strerror}") from e
   if not isinstance(doc, dict) or doc.get("version") != EXPECTED_VERSION:
@@ -266,9 +270,11 @@ def _is_checksums(v) -> bool:
 def _expected_problem(doc: dict) -> str | None:
   """The first field of an expected.json that verify-device could not compare with."""
   if not _is_int(doc["model_bytes"]) or not _is_int(doc.get("input_bytes", 0)) or \
+      not _is_int(doc.get("forge_state_bytes", 0)) or \
       not isinstance(doc["ops"], list) or \
       not all(isinstance(o, str) for o in doc["ops"]):
-    return "model_bytes, input_bytes or ops is not what export-firmware writes"
+    return ("model_bytes, input_bytes, forge_state_bytes or ops is not what "
+            "export-firmware writes")
   if not isinstance(doc["forge_ops"], list) or \
       not all(_is_int(k, 0, len(doc["ops"])) for k in doc["forge_ops"]):
     return "forge_ops is not a list of op indices"

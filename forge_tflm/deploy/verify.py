@@ -6,7 +6,9 @@ host binaries, the Cortex-M emulation) and the expected.json that
 the device prints that the host predicts: per image the prediction, the logits, the
 pass the gate predicted with, every checksum the log carries (each FORGE op's output
 and state, every op's output); the gate's decisions with their scores; the header
-(model size, operators, FORGE ops, output size, mode) and the done line. Any
+(model size, operators, FORGE ops, output size, mode); the mem line (FORGE's state
+bytes and states against the export's sites); the cost and cost_type lines (each op
+once per invoke, the per-type totals the cost lines give) and the done line. Any
 difference in any one field makes the verdict NOT VERIFIED, naming the image (or
 line) and the field. Fields the host has no value for (gated runs' FORGE checksums,
 tensor dumps) are listed as not compared; times are reported: accuracy on the device
@@ -24,13 +26,14 @@ import math
 
 import numpy as np
 
-from forge_tflm.deploy.report import AppRun, parse_app_output
+from forge_tflm.deploy.report import RECORDS, AppRun, parse_app_output
 
 # The gate's score and detector rates are printed in millionths (lround); the host
 # computes them in float64 and the device in double with another summation order,
 # so they agree to one unit of the last printed digit (the parity tests' bound).
 GATE_TOLERANCE_E6 = 1
 MAX_LISTED = 20  # malformed records listed one by one; the rest are counted
+TICKS_MOD = 1 << 64  # the app sums ticks in uint64: its totals wrap there
 # img fields holding checksums: (expected.json key, what a count says, what one is)
 CHECKSUMS = (("forge", "FORGE output checksums", "FORGE op {op} output", "FORGE outputs"),
              ("state", "FORGE state checksums", "FORGE op {op} state", "FORGE state"),
@@ -127,8 +130,10 @@ def _size(shape: str) -> int:
   return math.prod(int(d) for d in shape.split("x") if d)
 
 
-def _header_problems(run: AppRun, expected: dict) -> list[str]:
-  """The header's and op lines' fields the host knows, each compared."""
+def _header_problems(run: AppRun, expected: dict, lines: collections.Counter) -> list[str]:
+  """The header's, op, mem and cost lines' fields the host knows, each compared;
+  `lines`: the log's record lines by kind (the parser keeps the last mem line and one
+  cost_type line per name)."""
   h, at = run.header, f"header (line {run.header_line})"
   out = []
   if h["version"] != 1:
@@ -149,7 +154,7 @@ def _header_problems(run: AppRun, expected: dict) -> list[str]:
   if per and classes != len(per[0]["logits"]):
     out.append(f"{at}: output={h['output']} ({classes} values), expected.json has "
                f"{len(per[0]['logits'])} logits per image")
-  out += _mem_problems(run, expected)
+  out += _mem_problems(run, expected, lines["mem"])
   if h["mode"] != expected.get("mode"):
     out.append(f"{at}: the device ran mode={h['mode']}, expected.json is for "
                f"mode={expected.get('mode')}")
@@ -157,27 +162,99 @@ def _header_problems(run: AppRun, expected: dict) -> list[str]:
     if c["index"] >= len(run.ops) or c["name"] != run.ops[c["index"]]:
       out.append(f"cost line for op {c['index']} names {c['name']}, not that op")
       break
-  if run.done and (len(run.cost) != len(run.ops) or set(run.cost_type) != set(run.ops)):
-    # The app prints one cost line per op and one cost_type line per op name.
-    out.append(f"{len(run.cost)} cost lines and cost_type lines for "
-               f"{sorted(run.cost_type)} in a log of {len(run.ops)} ops "
-               f"({sorted(set(run.ops))}): lines lost from the capture?")
+  if run.done and len(run.cost) != len(run.ops):
+    # The app prints one cost line per op.
+    out.append(f"{len(run.cost)} cost lines in a log of {len(run.ops)} ops: lines lost "
+               "from the capture?")
+  elif run.done:
+    out += _cost_problems(run) + _cost_type_problems(run, lines["cost_type"])
   return out
 
 
-def _mem_problems(run: AppRun, expected: dict) -> list[str]:
-  """The mem line against the export: one state per FORGE op, and an arena that holds
+def _mem_problems(run: AppRun, expected: dict, lines: int) -> list[str]:
+  """The mem line against the export: one state per FORGE op, holding the state bytes
+  of the export's FORGE sites, among FORGE's persistent bytes; an arena that holds
   what the device says it used. (arena_size is the build's: the Cortex-M and host apps
   keep a fixed arena larger than the export's estimate.)"""
   m = run.mem
+  if lines > 1 or (not lines and (run.image_records or run.done)):
+    # PrintMemory runs once, between the op lines and the first image.
+    return [f"{lines} mem lines, the app prints one before its first image"]
   if not m:
-    return []
+    return []  # Malformed (reported as such) or a capture cut before it.
   out = []
   if m["arena_used"] > m["arena_size"]:
     out.append(f"mem line: arena_used={m['arena_used']} > arena_size={m['arena_size']}")
+  state = expected.get("forge_state_bytes")
+  if state is not None and not {"forge_state", "states"} <= set(m):
+    out.append("mem line: no forge_state= or states= field (the app of this export "
+               "prints both)")
   if "states" in m and m["states"] != len(expected["forge_ops"]):
     out.append(f"mem line: states={m['states']}, the model has "
                f"{len(expected['forge_ops'])} FORGE ops")
+  if "forge_state" in m and state is not None and m["forge_state"] != state:
+    out.append(f"mem line: forge_state={m['forge_state']}, expected.json's FORGE sites "
+               f"hold {state} state bytes")
+  if "forge_state" in m and m["forge_persistent"] < m["forge_state"]:
+    # The state buffers are among the persistent allocations the app counts.
+    out.append(f"mem line: forge_persistent={m['forge_persistent']} < "
+               f"forge_state={m['forge_state']}")
+  return out
+
+
+def _cost_problems(run: AppRun) -> list[str]:
+  """The cost lines: one per op in model order; every invoke runs each op once, so
+  all ops' calls are equal: 0 (a TFLM that does not call the profiler), the images
+  run (adapt, frozen) or up to twice that (gated: a probe invokes two passes)."""
+  out = []
+  k = next((k for k, c in enumerate(run.cost) if c["index"] != k), None)
+  if k is not None:
+    out.append(f"cost line {k + 1} of {len(run.cost)}: index={run.cost[k]['index']}, the "
+               f"app prints ops 0..{len(run.ops) - 1} in order")
+  calls = sorted({c["calls"] for c in run.cost})
+  if not run.ok or not calls:
+    return out  # An invoke that failed midway ran only the ops before the failure.
+  n, mode = run.done["images"], run.header["mode"]
+  if len(calls) > 1:
+    out.append(f"cost lines: calls={calls[0]}..{calls[-1]} differ between ops, every "
+               "invoke runs each op once")
+  elif calls[0] and (calls[0] != n if mode != "gated" else not n <= calls[0] <= 2 * n):
+    out.append(f"cost lines: calls={calls[0]} for images={n} in mode={mode}"
+               + (" (one invoke per image, two per probe)"
+                  if mode == "gated" else " (one invoke per image)"))
+  return out
+
+
+def _cost_type_problems(run: AppRun, lines: int) -> list[str]:
+  """The cost_type lines, derived from the cost lines: per op name in first-seen
+  order, its count of ops and their ticks summed (in uint64)."""
+  want = {}
+  for c in run.cost:
+    ops, ticks = want.get(c["name"], (0, 0))
+    want[c["name"]] = (ops + 1, (ticks + c["ticks"]) % TICKS_MOD)
+  if lines != len(want) or list(run.cost_type) != list(want):
+    return [f"{lines} cost_type lines for {list(run.cost_type)[:8]}, the app prints one "
+            f"per op name in first-seen order: {list(want)[:8]}"]
+  out = []
+  for name, (ops, ticks) in want.items():
+    got = run.cost_type[name]
+    if got["ops"] != ops or got["ticks"] != ticks:
+      out.append(f"cost_type line for {name}: ops={got['ops']} ticks={got['ticks']}, "
+                 f"its cost lines give ops={ops} ticks={ticks}")
+  return out
+
+
+def _record_lines(text: str, run: AppRun) -> collections.Counter:
+  """Record lines by kind, well-formed or not, up to the first reset (as the parser
+  reads them)."""
+  stop = run.resets[0][0] if run.resets else math.inf
+  out = collections.Counter()
+  for lineno, line in enumerate(text.splitlines(), 1):
+    if lineno >= stop:
+      break
+    parts = line.split()
+    if parts and parts[0] in RECORDS and any("=" in p for p in parts[1:]):
+      out[parts[0]] += 1
   return out
 
 
@@ -207,9 +284,10 @@ def _run_problems(run: AppRun, n_exp: int) -> list[str]:
       out.append(f"{at}: status={done['status']}")
     if done["images"] != n_log:
       out.append(f"{at}: images={done['images']}, the log has {n_log} img records")
-    elif len(run.ticks) == n_log and done["ticks"] != sum(int(t) for t in run.ticks):
+    elif len(run.ticks) == n_log and \
+        done["ticks"] != sum(int(t) for t in run.ticks) % TICKS_MOD:
       out.append(f"{at}: ticks={done['ticks']}, the img records sum to "
-                 f"{sum(int(t) for t in run.ticks)}")
+                 f"{sum(int(t) for t in run.ticks) % TICKS_MOD}")
   return out
 
 
@@ -326,7 +404,8 @@ def verify(log_text: str, expected: dict) -> Verification:
   run = parse_app_output(log_text)
   _check_same_model(run, expected)
   per = expected["per_image"]
-  problems = (_header_problems(run, expected) + _run_problems(run, len(per))
+  problems = (_header_problems(run, expected, _record_lines(log_text, run))
+              + _run_problems(run, len(per))
               + _gate_problems(run, expected))
   identical, first, differing = _compare_images(run, expected)
   compared, not_compared = _fields_compared(run, expected)

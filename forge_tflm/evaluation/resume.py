@@ -24,7 +24,8 @@ import re
 
 import numpy as np
 
-from forge_tflm.fileio import JSONFileError, load_json, write_atomically
+from forge_tflm.fileio import (MAX_RESULTS_JSON_BYTES, JSONFileError, load_json,
+                               write_atomically)
 
 STREAMS_DIR = "streams"
 RUN_FILE = "run.json"
@@ -90,6 +91,78 @@ def _short(v) -> str:
   return text if len(text) <= 40 else text[:37] + "..."
 
 
+class _RecordCheck:
+  """The checks of one stream record; each failure is one line naming file and key."""
+
+  def __init__(self, path: str, orderings):
+    self.path, self.runs = path, orderings
+
+  def bad(self, key, msg):
+    raise ResumeError(" ".join(f"{self.path}: {key} {msg}; delete the file to re-do that"
+                               " stream".split()))
+
+  def values(self, key, data, check, what):
+    if not isinstance(data, list) or (self.runs is not None and len(data) != self.runs):
+      self.bad(key, f"must be a list of {self.runs} values (one per ordering)")
+    for i, v in enumerate(data):
+      if not check(v):
+        self.bad(f"{key}[{i}]", f"is {_short(v)}, not {what}")
+
+  def gate(self, record: dict, gated: bool, periodic: bool) -> None:
+    """The gate's lists exist exactly where evaluate_stream writes them, and each
+    ordering's entries agree: a fired gate took a decision, which has a score;
+    images the adapting path predicted need a decision that turned it on."""
+    for key, check, what, needed in _GATE_KEYS:
+      wanted = gated and (needed == "gated" or periodic)
+      if key in record and not wanted:
+        self.bad(key, "is recorded, but this run's " + (
+            "gate has no period" if gated else "methods have no forge-gated"))
+      if wanted:
+        if key not in record:
+          self.bad(key, "is missing")
+        self.values(key, record[key], check, what)
+    if not gated:
+      return
+    for k, (fired, score) in enumerate(zip(record["gate_fired"], record["gate_score"])):
+      if fired and math.isnan(score):
+        self.bad(f"gate_score[{k}]", "is NaN, but the gate fired (a decision has a score)")
+    if periodic:
+      for k, (fired, adapted, decisions) in enumerate(zip(
+          record["gate_fired"], record["gate_adapted"], record["gate_decisions"])):
+        if decisions == 0 and (fired or adapted > 0):
+          self.bad(f"gate_decisions[{k}]", "is 0, but the gate fired or the adapting"
+                   " path predicted images (only a decision turns it on)")
+        if decisions < 0 or decisions > record["images"]:
+          self.bad(f"gate_decisions[{k}]", f"is {decisions}, not 0 to the stream's"
+                   f" {record['images']} images")
+
+  def domains(self, domains, methods: list, names: list) -> None:
+    """Per-domain accuracies for exactly the run's methods and the stream's domains
+    (none for a stream of one domain)."""
+    if not names:
+      if domains is not None:
+        self.bad("domain_accuracy", "is recorded, but the stream has no domains")
+      return
+    if not isinstance(domains, dict) or set(domains) != set(methods):
+      self.bad("domain_accuracy", f"must map exactly the methods {', '.join(methods)} to"
+               " {domain: accuracies}")
+    for m, per in domains.items():
+      if not isinstance(per, dict) or set(per) != set(names):
+        self.bad(f"domain_accuracy.{m}", f"must have exactly the stream's domains"
+                 f" {', '.join(names)}")
+      for d, accs in per.items():
+        self.values(f"domain_accuracy.{m}.{d}", accs, _fraction, "a fraction in [0, 1]")
+
+
+# (key, value check, what it must be, "gated": every gated run; "periodic": with a period)
+_GATE_KEYS = (("gate_fired", _bool, "true or false", "gated"),
+              ("gate_score", _score, "a number", "gated"),
+              ("gate_correlated", _bool, "true or false", "gated"),
+              ("gate_adapted", _fraction, "a fraction in [0, 1]", "periodic"),
+              ("gate_probed", _fraction, "a fraction in [0, 1]", "periodic"),
+              ("gate_decisions", _is_int, "an integer", "periodic"))
+
+
 class ResultStore:
   """The per-stream results of one evaluation run in `output_dir/streams/`."""
 
@@ -108,7 +181,8 @@ class ResultStore:
 
   def _read_json(self, path: str) -> dict:
     try:
-      data = load_json(path, nan=True)  # A gate score is NaN without probe images.
+      # A gate score is NaN without probe images.
+      data = load_json(path, nan=True, max_bytes=MAX_RESULTS_JSON_BYTES)
     except JSONFileError as e:
       raise ResumeError(f"{path}: not a results file ({str(e)[len(path) + 2:]})") from None
     if not isinstance(data, dict):
@@ -176,55 +250,30 @@ class ResultStore:
   def _check_record(self, path: str, record: dict) -> None:
     """A finished stream's record holds what this run's would (evaluate_stream): its
     stream's image count, per method `orderings` accuracies (fractions in [0, 1]) and
-    finite seconds, the gate's per-ordering lists; one line naming the file and the
-    key otherwise."""
+    finite seconds, the gate's per-ordering lists where the run has a gate, and they
+    agree with each other; one line naming the file and the key otherwise."""
     config = self.fingerprint.get("config") or {}
-    methods, runs = config.get("methods", []), config.get("orderings")
-    images = {s.get("name"): s.get("images") for s in self.fingerprint.get("streams", [])
-              if isinstance(s, dict)}
-
-    def bad(key, msg):
-      raise ResumeError(" ".join(f"{path}: {key} {msg}; delete the file to re-do that"
-                                 " stream".split()))
-
-    def values(key, data, check, what):
-      if not isinstance(data, list) or (runs is not None and len(data) != runs):
-        bad(key, f"must be a list of {runs} values (one per ordering)")
-      for i, v in enumerate(data):
-        if not check(v):
-          bad(f"{key}[{i}]", f"is {_short(v)}, not {what}")
-
+    methods = config.get("methods", [])
+    stream = next((s for s in self.fingerprint.get("streams", [])
+                   if isinstance(s, dict) and s.get("name") == record["stream"]), {})
+    check = _RecordCheck(path, config.get("orderings"))
     for key in ("images", "accuracy", "seconds"):
       if key not in record:
-        bad(key, "is missing")
-    if record["images"] != images.get(record["stream"], record["images"]) or not _is_int(
+        check.bad(key, "is missing")
+    if record["images"] != stream.get("images", record["images"]) or not _is_int(
         record["images"]):
-      bad("images", f"is {_short(record['images'])}, but the stream has"
-          f" {images.get(record['stream'])} images")
+      check.bad("images", f"is {_short(record['images'])}, but the stream has"
+                f" {stream.get('images')} images")
     for key in ("accuracy", "seconds"):
       if not isinstance(record[key], dict) or set(record[key]) != set(methods):
-        bad(key, f"must have exactly the methods {', '.join(methods)}")
+        check.bad(key, f"must have exactly the methods {', '.join(methods)}")
     for m in methods:
-      values(f"accuracy.{m}", record["accuracy"][m], _fraction, "a fraction in [0, 1]")
+      check.values(f"accuracy.{m}", record["accuracy"][m], _fraction, "a fraction in [0, 1]")
       if not (_number(record["seconds"][m]) and record["seconds"][m] >= 0):
-        bad(f"seconds.{m}", f"is {_short(record['seconds'][m])}, not a time >= 0")
-    gated = "forge-gated" in methods
-    for key, check, what in (("gate_fired", _bool, "true or false"),
-                             ("gate_score", _score, "a number"),
-                             ("gate_correlated", _bool, "true or false"),
-                             ("gate_adapted", _fraction, "a fraction in [0, 1]"),
-                             ("gate_probed", _fraction, "a fraction in [0, 1]"),
-                             ("gate_decisions", _is_int, "an integer")):
-      if key in record or (gated and key in ("gate_fired", "gate_score")):
-        if key not in record:
-          bad(key, "is missing")
-        values(key, record[key], check, what)
-    domains = record.get("domain_accuracy", {})
-    for m, per in (domains.items() if isinstance(domains, dict) else [(None, None)]):
-      if not isinstance(per, dict):
-        bad("domain_accuracy", "must map methods to {domain: accuracies}")
-      for d, accs in per.items():
-        values(f"domain_accuracy.{m}.{d}", accs, _fraction, "a fraction in [0, 1]")
+        check.bad(f"seconds.{m}", f"is {_short(record['seconds'][m])}, not a time >= 0")
+    periodic = bool((config.get("gate") or {}).get("period"))
+    check.gate(record, "forge-gated" in methods, periodic)
+    check.domains(record.get("domain_accuracy"), methods, stream.get("domains", []))
 
   def save(self, record: dict) -> None:
     """Writes one finished stream's record (atomically)."""

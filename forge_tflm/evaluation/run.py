@@ -63,7 +63,8 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
                    "config": meta["config"], "data": data_description,
                    "streams": [{"name": s.name, "images": int(len(s.labels)),
                                 "sha256": resume_store.stream_digest(s),
-                                "order": s.spec} for s in streams]}
+                                "order": s.spec, "domains": list(s.domain_names)}
+                               for s in streams]}
     store = resume_store.ResultStore(output_dir, fingerprint, names)
   float_model = None
   if needs_float:

@@ -52,3 +52,34 @@ def test_a_missing_sites_file_is_named(tmp_path):
     parse_sites(f"@{tmp_path / 'no.json'}")
   (tmp_path / "ok.json").write_text('{"sites": ["b", "a"], "k": 2}')
   assert parse_sites(f"@{tmp_path / 'ok.json'}") == ("b", "a")
+
+
+def test_a_large_sites_file_is_read_in_linear_time(tmp_path):
+  """Issue 53: the repeat check called list.count per name (quadratic: a 1 MB file of
+  100,000 distinct names hung convert for minutes). Now one pass; a file over the size
+  limit is refused before it is read."""
+  from forge_tflm.cli.convert_cmd import parse_sites
+  from forge_tflm.fileio import MAX_SETTINGS_JSON_BYTES
+
+  names = [f"s{i}" for i in range(90_000)]
+  path = tmp_path / "big.json"
+  path.write_text(__import__("json").dumps(names))
+  assert path.stat().st_size < MAX_SETTINGS_JSON_BYTES
+  assert parse_sites(f"@{path}") == tuple(names)
+  path.write_text(" " * MAX_SETTINGS_JSON_BYTES + "[]")
+  with pytest.raises(ValueError, match=r"big.json: 1,048,578 bytes, more than the"
+                                       r" 1,048,576 a file of this kind can be"):
+    parse_sites(f"@{path}")
+
+
+def test_many_unknown_names_give_a_short_line():
+  """A sites file of 100,000 unknown names made a 1 MB error line; names that are not
+  printable (a newline) split it."""
+  wanted = ("a",) + tuple(f"x{i}" for i in range(100_000)) + ("bad\nname",)
+  with pytest.raises(ConversionError) as e:
+    select_sites(_FOUND, wanted)
+  msg = str(e.value)
+  assert msg.startswith("unknown site(s) x0, x1, x2, x3, x4 and 99,996 more;"), msg[:200]
+  assert len(msg) < 300 and "\n" not in msg
+  with pytest.raises(ConversionError, match=r"unknown site\(s\) 'bad\\nname'; "):
+    select_sites(_FOUND, ("bad\nname",))

@@ -8,7 +8,7 @@ numpy: nothing here can abort), deterministic in (run seed, index).
 
 Seeds: two genuine logs, printed line for line as forge_app.cc prints them
 (tests/deploy/device_logs.py): "adapt" (every checksum, a tensor dump) and "gated"
-(paths, probe decisions); two PPK2 exports of a known profile, one per channel layout
+(paths, probe decisions; a model with op names repeated: cost_type totals); two PPK2 exports of a known profile, one per channel layout
 ("bits": D0-D7, "columns": D0,...,D7). Mutators:
   value   a field (log) or cell (CSV) set to an interesting value or one derived
           from it (+-1, a digit or hex digit changed, a list element dropped,
@@ -57,11 +57,16 @@ FAILURES = ("error", "contradiction")
 LOG_MUTATORS = ("value", "token", "line", "bytes", "trunc")
 CSV_MUTATORS = ("value", "line", "bytes", "trunc")
 
-# Fields verify-device does not compare with expected.json (measurements, settings);
-# the oracle ignores them. The gated seed's FORGE checksums have no expectation.
-UNCOMPARED_KINDS = {"mem", "cost", "cost_type", "tensor"}
+# Fields verify-device does not compare with expected.json or derive from other lines
+# (measurements, settings, the build's arena); the oracle ignores them. Compared: mem's
+# forge_state and states (the export's), cost's index, name, calls (every op once per
+# invoke), ticks (their sums are the cost_type lines'), done's ticks (the img ticks'
+# sum; an img's ticks alone is a measurement). The gated seed's FORGE checksums have
+# no expectation.
+UNCOMPARED_KINDS = {"tensor"}
 UNCOMPARED = {"forge_app": {"clock_hz", "fc_guard", "input", "output", "trace"},
-              "img": {"ticks"}, "done": {"ticks"}}
+              "mem": {"arena_size", "arena_used", "forge_persistent", "forge_scratch"},
+              "img": {"ticks"}}
 UNCOMPARED_GATED = {"img": {"forge", "state"}}
 GATE_E6 = ("score_e6", "agreement_e6", "chance_e6")
 
@@ -95,7 +100,8 @@ def log_seeds() -> dict:
   seeds = {}
   with tempfile.TemporaryDirectory() as d:
     for mode in ("adapt", "gated"):
-      exp = device_logs.expected_doc(mode)
+      exp = device_logs.expected_doc(
+          mode, ops=device_logs.OPS_REPEATED if mode == "gated" else device_logs.OPS)
       text = device_logs.app_log(exp)
       if mode == "adapt":  # A tensor dump (dump_op) between image 0 and image 1.
         cut = text.index("img index=1 ")

@@ -187,3 +187,37 @@ def test_label_order_flags_reach_the_stream_and_expected_json(tmp_path, artifact
   (order,) = streams_seen
   assert order.spec == spec
   assert export.load_expected(str(out))["label_order"] == spec
+
+
+def test_every_model_the_host_refuses_is_refused_before_anything_is_written(tmp_path,
+                                                                         capsys):
+  """Issue 53 (host = device on model acceptance): of mutated models, the ones the
+  evaluator's model check refuses reached the device app (996 ran to status=ok, 483
+  crashed it). export-firmware, the tool that puts a model on a board, refuses each
+  in one line before any work: 40 such mutants of the seed, each with a manifest
+  rewritten to match its bytes (so only the model's own checks can refuse it)."""
+  from forge_tflm.model_check import ModelCheckError, check_model
+
+  seed = af.seed_model()
+  refused = []
+  for index in range(2000):
+    data, mutator, _ = af.mutate(seed, index)
+    try:
+      check_model(data, "mutant")
+    except ModelCheckError:
+      refused.append((index, data, mutator))
+    if len(refused) == 40:
+      break
+  assert len(refused) == 40 and len({m for _, _, m in refused}) >= 4
+  for index, data, mutator in refused:
+    art = tmp_path / f"m{index}"
+    art.mkdir()
+    (art / "m.tflite").write_bytes(data)
+    (art / "m.json").write_text(json.dumps(af._mutant_manifest(
+        data, af.seed_manifest(seed), "field")))
+    out = tmp_path / f"out{index}"
+    assert cli(["forge_tflm", "export-firmware", str(art / "m.tflite"),
+                f"--output_dir={out}", f"--images={IMAGES}"]) == 1, (index, mutator)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], (index, mutator, err)
+    assert not out.exists(), (index, mutator)

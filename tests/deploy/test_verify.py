@@ -15,8 +15,8 @@ from forge_tflm.deploy import ppk2
 from forge_tflm.deploy.export import load_expected
 from forge_tflm.deploy.verify import verify
 
-from tests.deploy.device_logs import (BOOT, N, app_log as _log, expected_doc as _expected,
-                                      line_of, set_field)
+from tests.deploy.device_logs import (BOOT, N, OPS_REPEATED, app_log as _log,
+                                      expected_doc as _expected, line_of, set_field)
 
 
 def test_bit_exact_log_verifies_and_reports_accuracy_and_time():
@@ -151,6 +151,20 @@ ONE_FIELD = {
                        ["arena_used=90000 > arena_size=1024"]),
     "mem_states": ("adapt", "mem", None, "states", "0", ["states=0", "1 FORGE ops"]),
     "done_images": ("adapt", "done", None, "images", str(N - 1), [f"images={N - 1}"]),
+    # Issue 53: these verified before the mem, cost and cost_type lines were compared
+    # field by field (done ticks was compared already).
+    "mem_forge_state": ("adapt", "mem", None, "forge_state", "136",
+                        ["mem line: forge_state=136", "128 state bytes"]),
+    "mem_forge_persistent": ("adapt", "mem", None, "forge_persistent", "100",
+                             ["mem line: forge_persistent=100 < forge_state=128"]),
+    "cost_calls_unequal": ("adapt", "cost", 2, "calls", str(N - 1),
+                           [f"calls={N - 1}..{N} differ between ops"]),
+    "cost_calls_not_images": ("adapt", "cost", None, "calls", str(N + 1),
+                              [f"calls={N + 1} for images={N} in mode=adapt"]),
+    "gated_cost_calls_over_two_passes": ("gated", "cost", None, "calls", str(2 * N + 1),
+                                         [f"calls={2 * N + 1} for images={N} in mode=gated"]),
+    "done_ticks": ("adapt", "done", None, "ticks", lambda v: str(int(v) + 1),
+                   ["ticks=12000011", "the img records sum to 12000010"]),
     "gated_path": ("gated", "img", 3, "path", "frozen", ["image 3", "path"]),
     "gate_decision": ("gated", "gate", 1, "decision", "off", ["image 1", "decision"]),
     "gate_score": ("gated", "gate", 1, "score_e6", lambda v: str(int(v) + 1000),
@@ -184,6 +198,109 @@ def test_one_field_differing_is_not_verified_and_named(tmp_path, capsys, case):
   assert cli(["forge_tflm", "verify-device", str(tmp_path / "device.log"),
               f"--expected={tmp_path}"]) == 1
   assert "NOT VERIFIED" in capsys.readouterr().out
+
+
+def _edit_line(kind: str, name: str, key: str, value):
+  """The `kind` record naming `name`: field `key` set to value(old value)."""
+  def edit(text: str) -> str:
+    out = re.sub(rf"^({kind} (?:\S+ )*name={name} (?:.* )?{key}=)(\d+)",
+                 lambda m: m.group(1) + value(m.group(2)), text, count=1, flags=re.M)
+    assert out != text, (kind, name, key)
+    return out
+  return edit
+
+
+def _move_line(prefix: str, before: str):
+  """The line starting with `prefix` moved to just before the one starting `before`."""
+  def edit(text: str) -> str:
+    lines = text.splitlines()
+    moved = lines.pop(line_of(text, prefix) - 1)
+    lines.insert(next(k for k, line in enumerate(lines) if line.startswith(before)), moved)
+    return "\n".join(lines) + "\n"
+  return edit
+
+
+def _repeat_line(prefix: str):
+  return lambda t: _add_lines(t, prefix, [t.splitlines()[line_of(t, prefix) - 1]])
+
+
+# case: the log from the genuine one of OPS_REPEATED (adapt) -> what the report names.
+# Issue 53: each verified BIT-EXACT before (verify-device read neither the cost_type
+# values nor the number of mem and cost_type lines).
+DERIVED = {
+    "cost_type_ops": (_edit_line("cost_type", "CONV_2D", "ops", lambda v: "1"),
+                      ["cost_type line for CONV_2D: ops=1", "cost lines give ops=2"]),
+    "cost_type_ticks": (_edit_line("cost_type", "FORGE_RECALIB", "ticks",
+                                   lambda v: str(int(v) - 1)),
+                        ["cost_type line for FORGE_RECALIB: ops=2 ticks=5999999",
+                         "ticks=6000000"]),
+    "cost_ticks": (_edit_line("cost", "MEAN", "ticks", lambda v: str(int(v) + 7)),
+                   ["cost_type line for MEAN: ops=1 ticks=3000000", "ticks=3000007"]),
+    "cost_type_order": (_move_line("cost_type name=ADD ", "cost_type name=CONV_2D "),
+                        ["first-seen order"]),
+    "cost_type_twice": (_repeat_line("cost_type name=MEAN "),
+                        ["6 cost_type lines", "one per op name"]),
+    "cost_lines_swapped": (_move_line("cost index=3 ", "cost index=2 "),
+                           ["cost line 3 of 7: index=3", "in order"]),
+    "mem_twice": (_repeat_line("mem "), ["2 mem lines"]),
+    "mem_missing": (lambda t: t.replace(t.splitlines()[line_of(t, "mem ") - 1] + "\n", ""),
+                    ["0 mem lines"]),
+    "mem_without_forge_state": (lambda t: re.sub(r" forge_state=\d+", "", t),
+                                ["mem line: no forge_state= or states= field"]),
+    "mem_without_states": (lambda t: re.sub(r" states=\d+", "", t),
+                           ["mem line: no forge_state= or states= field"]),
+}
+
+
+def test_cost_type_lines_of_repeated_op_names_verify():
+  """One cost_type line per op name in first-seen order, as PrintCosts prints it."""
+  exp = _expected(ops=OPS_REPEATED)
+  text = _log(exp)
+  assert "cost_type name=CONV_2D ops=2 ticks=6000000" in text
+  assert "mem arena_size=131072 arena_used=90000 forge_persistent=600 forge_scratch=4480 " \
+         "forge_state=256 states=2" in text
+  v = verify(text, exp)
+  assert v.ok, v.markdown()
+  assert "| CONV_2D | 2 |" in v.markdown()
+
+
+@pytest.mark.parametrize("case", sorted(DERIVED))
+def test_a_field_the_app_derives_differing_is_not_verified_and_named(case):
+  make, names = DERIVED[case]
+  exp = _expected(ops=OPS_REPEATED)
+  genuine = _log(exp)
+  text = make(genuine)
+  assert text != genuine
+  v = verify(text, exp)
+  report = v.markdown()
+  assert not v.ok and "NOT VERIFIED" in report
+  for name in names:
+    assert name in report, (name, report)
+
+
+@pytest.mark.parametrize("mode,calls", [("adapt", 0), ("gated", 0), ("gated", N + 2),
+                                        ("gated", 2 * N)])
+def test_cost_calls_the_app_can_print_verify(mode, calls):
+  """All ops' calls equal: 0 (a TFLM without the profiler's calls prints 0 calls and
+  ticks), or in a gated run up to two invokes per image (a probe runs two passes)."""
+  exp = _expected(mode)
+  text = set_field(_log(exp), "cost", None, "calls", str(calls))
+  if calls == 0:
+    text = re.sub(r"^(cost(?:_type)? .*ticks=)\d+$", r"\g<1>0", text, flags=re.M)
+  v = verify(text, exp)
+  assert v.ok, v.markdown()
+
+
+def test_cost_calls_of_a_run_that_failed_midway_are_not_held_to_the_images():
+  """An invoke that fails runs only the ops before the failing one: the error line
+  and the done line's status say so; the cost lines' calls differ and are not named."""
+  exp = _expected()
+  text = _log(exp)
+  text = set_field(text, "cost", 0, "calls", str(N + 1))
+  text = set_field(text, "done", None, "status", "error")
+  v = verify(text.replace("cost index=0 ", "error what=invoke image=5\ncost index=0 "), exp)
+  assert not v.ok and any("what=invoke" in p for p in v.problems), v.problems
+  assert not any("calls" in p for p in v.problems), v.problems
 
 
 def test_fields_without_an_expectation_are_listed_as_not_compared():

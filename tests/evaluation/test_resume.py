@@ -3,6 +3,7 @@ an interrupted run keeps its finished streams, a resumed one re-does only the ot
 and ends with exactly the numbers of an uninterrupted run; other configurations are
 refused."""
 
+import dataclasses
 import json
 import os
 
@@ -259,3 +260,90 @@ def test_impossible_stream_results_are_refused(artifact, tmp_path, monkeypatch, 
   msg = str(e.value)
   assert "\n" not in msg and msg.startswith(f"{path}: "), msg
   assert __import__("re").search(message, msg), msg
+
+
+def _periodic_setup():
+  from forge_tflm.evaluation.gate import GateConfig
+
+  config = dataclasses.replace(CONFIG, gate=GateConfig(probe_images=8, period=8))
+  clean, dark, bright = _streams()
+  mixed = Stream("mixed", np.concatenate([clean.images, dark.images]),
+                 np.concatenate([clean.labels, dark.labels]),
+                 domains=np.repeat([0, 1], len(clean.labels)),
+                 domain_names=("clean", "dark"))
+  return config, [clean, mixed, bright]
+
+
+def _edits(*edits):
+  def edit(doc):
+    for e in edits:
+      e(doc)
+  return edit
+
+
+@pytest.mark.parametrize("edit, message", [
+    # Issue 53: records a run cannot make were resumed into its report.
+    (_edits(_edit_record(("gate_decisions", 0), 0), _edit_record(("gate_fired", 0), False),
+            _edit_record(("gate_adapted", 0), 0.5)),
+     r"gate_decisions\[0\] is 0, but the gate fired or the adapting path"),
+    (_edits(_edit_record(("gate_decisions", 0), 1), _edit_record(("gate_fired", 0), True),
+            _edit_record(("gate_score", 0), float("nan"))),
+     r"gate_score\[0\] is NaN, but the gate fired"),
+    (_edit_record(("domain_accuracy", "forge", "foggy"), [0.5, 0.5]),
+     r"domain_accuracy\.forge must have exactly the stream's domains clean, dark"),
+    (_edit_record(("domain_accuracy", "tent"), {"clean": [0.5, 0.5], "dark": [0.5, 0.5]}),
+     r"domain_accuracy must map exactly the methods"),
+    (_edit_record(("gate_probed",), _DELETE), r"gate_probed is missing"),
+    (_edit_record(("gate_decisions", 1), 10**6), r"gate_decisions\[1\] is 1000000, not 0"
+     r" to the stream's 48 images"),
+], ids=["adapted_without_decisions", "fired_without_score", "unknown_domain",
+        "unknown_method_domains", "probed_missing", "decisions_past_images"])
+def test_impossible_gate_and_domain_records_are_refused(artifact, tmp_path, monkeypatch,
+                                                        edit, message):
+  config, streams = _periodic_setup()
+  out = tmp_path / "out"
+  _Interrupt(monkeypatch, stop_at="bright")
+  with pytest.raises(KeyboardInterrupt):
+    _run(artifact, out, streams=streams, config=config)
+  path = out / "streams" / "001_mixed.json"
+  doc = json.loads(path.read_text())
+  assert doc["gate_decisions"] and "domain_accuracy" in doc
+  edit(doc)
+  path.write_text(json.dumps(doc, indent=2))
+  _Interrupt(monkeypatch)
+  with pytest.raises(ResumeError) as e:
+    _run(artifact, out, streams=streams, config=config, resume=True)
+  msg = str(e.value)
+  assert "\n" not in msg and msg.startswith(f"{path}: "), msg
+  assert __import__("re").search(message, msg), msg
+
+
+def test_a_consistent_periodic_record_resumes(artifact, tmp_path, monkeypatch):
+  """The checks above refuse edits, not what a run writes: an interrupted periodic,
+  multi-domain run resumes to the uninterrupted run's numbers."""
+  config, streams = _periodic_setup()
+  whole, out = tmp_path / "whole", tmp_path / "out"
+  _run(artifact, whole, streams=streams, config=config)
+  _Interrupt(monkeypatch, stop_at="bright")
+  with pytest.raises(KeyboardInterrupt):
+    _run(artifact, out, streams=streams, config=config)
+  probe = _Interrupt(monkeypatch)
+  _run(artifact, out, streams=streams, config=config, resume=True)
+  assert probe.seen == ["bright"]
+  assert _numbers(out) == _numbers(whole)
+
+
+def test_gate_lists_in_a_run_without_a_gate_are_refused(artifact, tmp_path, monkeypatch):
+  config = dataclasses.replace(CONFIG, methods=("source", "forge"))
+  out = tmp_path / "out"
+  _Interrupt(monkeypatch, stop_at="bright")
+  with pytest.raises(KeyboardInterrupt):
+    _run(artifact, out, config=config)
+  path = out / "streams" / "001_dark.json"
+  doc = json.loads(path.read_text())
+  doc["gate_fired"] = [True, True]
+  path.write_text(json.dumps(doc))
+  _Interrupt(monkeypatch)
+  with pytest.raises(ResumeError, match="gate_fired is recorded, but this run's methods"
+                                        " have no forge-gated"):
+    _run(artifact, out, config=config, resume=True)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import copy
 import json
 import os
@@ -805,6 +806,83 @@ def drive(module: str, mutants: int, workers: int = 2, run_seed: int = 0, start:
           "mean_mutant_seconds": round(float(np.mean(seconds)) if seconds else 0.0, 4),
           "workdir": workdir}
 
+
+
+# -- in-process fuzzing (inputs read by Python code only: nothing can abort) ----------
+
+class CpuLimit(Exception):
+  """A mutant used more CPU than its fuzzer allows (a hang, for an in-process one)."""
+
+
+@contextlib.contextmanager
+def cpu_limit(seconds: float):
+  """Raises CpuLimit in the block after `seconds` of this process's CPU time (not wall
+  time: a loaded machine does not turn a slow mutant into a hang)."""
+  def expired(signum, frame):
+    raise CpuLimit
+  previous = signal.signal(signal.SIGPROF, expired)
+  signal.setitimer(signal.ITIMER_PROF, seconds)
+  try:
+    yield
+  finally:
+    signal.setitimer(signal.ITIMER_PROF, 0)
+    signal.signal(signal.SIGPROF, previous)
+
+
+IN_PROCESS_PASSES = ("ok", "rejected", "verified", "not_verified", "accepted")
+
+
+def reason(message: str) -> str:
+  """A message without its numbers and quoted values, to count kinds of reasons."""
+  out, quoted = [], None
+  for ch in message[:90]:
+    if quoted:
+      quoted = None if ch == quoted else quoted
+      continue
+    if ch in "'\"":
+      quoted = ch
+      out.append("…")
+    elif not ch.isdigit():
+      out.append(ch)
+  return "".join(out)
+
+
+def in_process(mutate, check, mutants: int, start: int, outcomes, progress=None,
+               run_seed: int = 0) -> dict:
+  """Mutants [start, start + mutants): mutate(index) -> (seed, mutator, description,
+  data), check(seed, data) -> (outcome, message) (data: bytes, or a tuple ending in
+  the bytes); counts per seed and mutator, the most
+  frequent refusal reasons, and every outcome not in IN_PROCESS_PASSES as a finding."""
+  counts, reasons = collections.Counter(), collections.Counter()
+  by_seed = collections.defaultdict(collections.Counter)
+  by_mutator = collections.defaultdict(collections.Counter)
+  findings, slowest = [], (0.0, None)
+  t0, c0 = time.perf_counter(), time.process_time()
+  for index in range(start, start + mutants):
+    seed, mutator, desc, data = mutate(index)
+    c = time.process_time()
+    outcome, message = check(seed, data)
+    slowest = max(slowest, (time.process_time() - c, index))
+    assert outcome in outcomes, outcome
+    counts[outcome] += 1
+    by_seed[seed][outcome] += 1
+    by_mutator[mutator][outcome] += 1
+    if outcome in ("rejected", "not_verified"):
+      reasons[reason(message)] += 1
+    if outcome not in IN_PROCESS_PASSES:
+      findings.append({"index": index, "seed": seed, "mutator": mutator, "desc": desc,
+                       "outcome": outcome, "message": message[:800],
+                       "data": (data[-1] if isinstance(data, tuple) else data).decode(
+                           "utf-8", "replace")[:4000]})
+    if progress and (index - start + 1) % 10_000 == 0:
+      progress(index - start + 1, counts)
+  return {"mutants": mutants, "run_seed": run_seed, "start": start, "counts": dict(counts),
+          "by_seed": {k: dict(v) for k, v in by_seed.items()},
+          "by_mutator": {k: dict(v) for k, v in by_mutator.items()},
+          "reasons": dict(reasons.most_common(12)), "findings": findings,
+          "slowest_cpu_seconds": slowest[0], "slowest_index": slowest[1],
+          "wall_seconds": time.perf_counter() - t0,
+          "cpu_seconds": time.process_time() - c0}
 
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])

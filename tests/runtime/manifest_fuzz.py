@@ -310,7 +310,11 @@ def _dumps(doc) -> str:
   return text
 
 
-def _text_mutation(rng, text: str) -> tuple[bytes, str]:
+_KEYS = ['"channels": ', '"label_safe": ', '"scale": ', '"op_index": ', '"sites": ',
+         '"kind": ']
+
+
+def _text_mutation(rng, text: str, keys=_KEYS) -> tuple[bytes, str]:
   data = bytearray(text.encode())
   r = rng.random()
   if r < 0.25:
@@ -322,8 +326,7 @@ def _text_mutation(rng, text: str) -> tuple[bytes, str]:
                            int(rng.integers(256))])
     return bytes(data), f"byte @{at} set"
   if r < 0.7:  # A key written twice: json would keep the last one silently.
-    key = _pick(rng, ['"channels": ', '"label_safe": ', '"scale": ', '"op_index": ',
-                      '"sites": ', '"kind": '])
+    key = _pick(rng, keys)
     at = text.find(key)
     if at >= 0:
       end = text.find("\n", at)
