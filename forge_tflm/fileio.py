@@ -367,7 +367,7 @@ def _depth(value) -> int:
   return deepest
 
 
-def _text_depth(raw: bytes) -> int:
+def text_depth(raw: bytes) -> int:
   """The deepest bracket nesting of JSON text, strings skipped: checked before the
   parser runs, because json's C scanner recurses on the C stack and only stops at the
   interpreter's recursion limit, which libraries raise (a deep file then overflows the
@@ -408,7 +408,7 @@ def load_json(path: str, nan: bool = False, max_bytes: int = MAX_SETTINGS_JSON_B
                         " can be")
   try:
     text = raw.decode("utf-8")
-    if _text_depth(raw) > MAX_JSON_DEPTH:
+    if text_depth(raw) > MAX_JSON_DEPTH:
       raise RecursionError
     data = json.loads(text, object_pairs_hook=_unique_keys, parse_int=_parse_int,
                       parse_float=_parse_float,

@@ -270,7 +270,7 @@ def test_the_depth_scan_matches_a_character_scan_on_json():
 
   for _ in range(3000):
     text = json.dumps(doc(0))
-    assert fileio._text_depth(text.encode()) == _depth_reference(text), text
+    assert fileio.text_depth(text.encode()) == _depth_reference(text), text
 
 
 def test_a_json_file_over_its_readers_limit_is_refused_unread(tmp_path):

@@ -33,7 +33,6 @@ OUTPUTS = 5  # Model, manifest, C header and source, plain model.
 _SERVER = """
 import json, os, sys, threading, time
 import numpy as np
-from forge_tflm import fileio
 from forge_tflm.converter import pipeline
 from forge_tflm.converter.options import ConvertOptions
 
@@ -50,11 +49,23 @@ def run(out, point, sig):
       real_write_atomically(files)
     pipeline.write_atomically = write_atomically
   elif point == "temporaries":  # The first temporary written, the others not yet.
-    real_write_file = fileio._write_file
-    def write_file(path, data):
-      real_write_file(path, data)
-      die()
-    fileio._write_file = write_file
+    import builtins
+    real_open = builtins.open
+    class Written:  # The temporary, closed, then the signal.
+      def __init__(self, f):
+        self.f = f
+      def __enter__(self):
+        return self
+      def __exit__(self, *exc):
+        self.f.close()
+        die()
+      def write(self, data):
+        return self.f.write(data)
+    def open_(path, mode="r", *args, **kwargs):
+      f = real_open(path, mode, *args, **kwargs)
+      temporary = "w" in mode and ".forge_tmp_" in os.path.basename(str(path))
+      return Written(f) if temporary else f
+    builtins.open = open_
   else:  # after_rename_<k>: right after the k-th rename.
     after, real_replace, done = int(point.rsplit("_", 1)[1]), os.replace, []
     def replace(src, dst):
