@@ -6,7 +6,9 @@ Metadata lives in pyproject.toml; this file only declares the native extension.
 from setuptools import Extension, setup
 
 _CORE_DIR = "custom_ops/forge_recalib/src"
-_APP_CORE_DIR = "esp32s3_app/core"
+_CONTROLLER_DIR = "custom_ops/forge_controller"
+with open(f"{_CONTROLLER_DIR}/sources.txt") as _f:
+  _CONTROLLER_SOURCES = _f.read().split()
 
 EXT_MODULES = [
     Extension(
@@ -28,14 +30,15 @@ EXT_MODULES = [
         define_macros=[("FORGE_RECALIB_LUT_MIN_M", "2147483647"),
                        ("FORGE_RECALIB_X86", "1")],
     ),
-    # The field controller: the same C the device app compiles (core/sources.txt).
+    # The field controller: the same C every firmware target compiles
+    # (custom_ops/forge_controller/sources.txt).
     Extension(
         "forge_tflm.evaluation._forge_controller",
-        sources=[f"{_APP_CORE_DIR}/forge_controller.c",
-                 "forge_tflm/evaluation/_controller_module.c"],
-        include_dirs=[_APP_CORE_DIR, _CORE_DIR],
-        depends=[f"{_APP_CORE_DIR}/forge_controller.h",
-                 f"{_APP_CORE_DIR}/forge_controller_settings.h",
+        sources=[f"{_CONTROLLER_DIR}/src/{name}" for name in _CONTROLLER_SOURCES]
+        + ["forge_tflm/evaluation/_controller_module.c"],
+        include_dirs=[f"{_CONTROLLER_DIR}/src", _CORE_DIR],
+        depends=[f"{_CONTROLLER_DIR}/src/forge_controller.h",
+                 f"{_CONTROLLER_DIR}/src/forge_controller_settings.h",
                  f"{_CORE_DIR}/forge_recalib.h"],
         extra_compile_args=["-O2", "-ffp-contract=off", "-std=c99", "-fno-fast-math",
                             "-Wall", "-Wextra"],

@@ -77,3 +77,28 @@ def fuzz_summary_lines(summary: dict, outcomes, time_limit: int, unclean: str) -
       "",
       *outcome_table("mutator", summary["by_mutator"], outcomes),
   ]
+
+
+def in_process_section(what: str, s: dict, outcomes, failures: str,
+                       contradictions: str) -> list[str]:
+  """One in-process fuzz run (tests/runtime/artifact_fuzz.in_process's summary) as a
+  report section: time, outcomes, the failure and contradiction counts (`failures`
+  and `contradictions` say what they count), the tables, the most frequent refusal
+  reasons and the findings."""
+  counts, n = s["counts"], s["mutants"]
+  lines = [f"## {what}: {n:,} mutants, {s['wall_seconds']:,.0f} s wall, CPU"
+           f" {s['cpu_seconds']:,.0f} s ({1000 * s['cpu_seconds'] / max(n, 1):.2f} ms per"
+           f" mutant); slowest mutant {s['slowest_cpu_seconds']:.3f} CPU s"
+           f" (#{s['slowest_index']})",
+           "outcomes: " + ", ".join(f"{o} {counts.get(o, 0):,}" for o in outcomes),
+           f"{failures}: {counts.get('error', 0) + counts.get('hang', 0)}",
+           f"{contradictions}: {counts.get('contradiction', 0)}", "",
+           *outcome_table("seed", s["by_seed"], outcomes), "",
+           *outcome_table("mutator", s["by_mutator"], outcomes), "",
+           "most frequent reasons (numbers and quoted values left out):"]
+  lines += [f"  {v:>7,}  {k}" for k, v in s["reasons"].items()]
+  if s["findings"]:
+    lines += ["", "findings:"] + [
+        f"  #{r['index']} {r['seed']}/{r['mutator']}: {r['desc'][:200]} -> {r['outcome']}:"
+        f" {r['message'][:300]}" for r in s["findings"][:50]]
+  return lines

@@ -21,26 +21,8 @@ import sys
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks._report import command_line, dated, emit, outcome_table  # noqa: E402
+from benchmarks._report import command_line, dated, emit, in_process_section  # noqa: E402
 from tests.deploy import deploy_fuzz as df  # noqa: E402
-
-
-def _section(what: str, s: dict, outcomes, n: int) -> list[str]:
-  counts = s["counts"]
-  lines = [f"## {what}: {n:,} mutants, {s['wall_seconds']:,.0f} s wall "
-           f"({1000 * s['wall_seconds'] / max(n, 1):.2f} ms per mutant, shared host)",
-           "outcomes: " + ", ".join(f"{o} {counts.get(o, 0):,}" for o in outcomes),
-           f"failures (traceback or unclean message): {counts.get('error', 0)}",
-           f"verdicts contradicting their input: {counts.get('contradiction', 0)}", "",
-           *outcome_table("seed", s["by_seed"], outcomes), "",
-           *outcome_table("mutator", s["by_mutator"], outcomes), "",
-           "most frequent reasons (numbers and quoted values left out):"]
-  lines += [f"  {v:>7,}  {k}" for k, v in s["reasons"].items()]
-  if s["findings"]:
-    lines += ["", "findings:"] + [
-        f"  #{r['index']} {r['seed']}/{r['mutator']}: {r['desc']} -> {r['outcome']}: "
-        f"{r['message'][:300]}" for r in s["findings"][:50]]
-  return lines
 
 
 def report(summary: dict, command: str) -> str:
@@ -50,9 +32,13 @@ def report(summary: dict, command: str) -> str:
            f"{summary['start']}-{summary['start'] + n - 1} of each kind, in one process; "
            f"{platform.platform()}, Python {platform.python_version()}, "
            f"{os.cpu_count()} CPUs; CPU {summary['cpu_seconds']:,.0f} s", ""]
-  lines += _section("device logs (verify-device)", summary["log"], df.LOG_OUTCOMES, n)
-  lines += [""] + _section("PPK2 captures (verify-device --ppk2)", summary["csv"],
-                           df.CSV_OUTCOMES, n)
+  failures = "failures (traceback or unclean message)"
+  lines += in_process_section("device logs (verify-device)", summary["log"],
+                              df.LOG_OUTCOMES, failures,
+                              "verdicts contradicting their input")
+  lines += [""] + in_process_section("PPK2 captures (verify-device --ppk2)",
+                                     summary["csv"], df.CSV_OUTCOMES, failures,
+                                     "verdicts contradicting their input")
   return "\n".join(lines) + "\n"
 
 

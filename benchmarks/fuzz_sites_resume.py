@@ -22,31 +22,9 @@ import tempfile
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks._report import command_line, dated, emit, outcome_table  # noqa: E402
+from benchmarks._report import command_line, dated, emit, in_process_section  # noqa: E402
 from tests.converter import sites_fuzz as sf  # noqa: E402
 from tests.evaluation import resume_fuzz as rf  # noqa: E402
-
-
-def _section(what: str, s: dict, outcomes, limit: float) -> list[str]:
-  counts, n = s["counts"], s["mutants"]
-  lines = [f"## {what}: {n:,} mutants, {s['wall_seconds']:,.0f} s wall, CPU"
-           f" {s['cpu_seconds']:,.0f} s ({1000 * s['cpu_seconds'] / max(n, 1):.2f} ms per"
-           f" mutant); slowest mutant {s['slowest_cpu_seconds']:.3f} CPU s (#"
-           f"{s['slowest_index']}; a hang past {limit} s)",
-           "outcomes: " + ", ".join(f"{o} {counts.get(o, 0):,}" for o in outcomes),
-           f"failures (traceback, unclean message, hang): "
-           f"{counts.get('error', 0) + counts.get('hang', 0)}",
-           f"accepted files contradicting their run or model: "
-           f"{counts.get('contradiction', 0)}", "",
-           *outcome_table("seed", s["by_seed"], outcomes), "",
-           *outcome_table("mutator", s["by_mutator"], outcomes), "",
-           "most frequent reasons (numbers and quoted values left out):"]
-  lines += [f"  {v:>7,}  {k}" for k, v in s["reasons"].items()]
-  if s["findings"]:
-    lines += ["", "findings:"] + [
-        f"  #{r['index']} {r['seed']}/{r['mutator']}: {r['desc'][:200]} -> {r['outcome']}:"
-        f" {r['message'][:300]}" for r in s["findings"][:50]]
-  return lines
 
 
 def report(sites: dict, resume: dict, command: str) -> str:
@@ -55,11 +33,14 @@ def report(sites: dict, resume: dict, command: str) -> str:
            f"{sites['run_seed']}, mutants {sites['start']}-{sites['start'] + sites['mutants'] - 1}"
            f" of each, in one process; {platform.platform()}, Python"
            f" {platform.python_version()}, {os.cpu_count()} CPUs", ""]
-  lines += _section("sites files (convert --sites=@FILE)", sites, sf.OUTCOMES,
-                    sf.TIME_LIMIT_S)
-  lines += [""] + _section("resume files (eval --resume: one stream's record)", resume,
-                           rf.OUTCOMES, rf.TIME_LIMIT_S)
-  return "\n".join(lines) + "\n"
+  for what, s, outcomes, limit in (
+      ("sites files (convert --sites=@FILE)", sites, sf.OUTCOMES, sf.TIME_LIMIT_S),
+      ("resume files (eval --resume: one stream's record)", resume, rf.OUTCOMES,
+       rf.TIME_LIMIT_S)):
+    lines += in_process_section(
+        what, s, outcomes, f"failures (traceback, unclean message, hang past {limit} CPU s)",
+        "accepted files contradicting their run or model") + [""]
+  return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def main(argv=None) -> int:

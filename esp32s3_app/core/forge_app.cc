@@ -21,8 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <type_traits>
-
 #include "forge_recalib.h"
 #include "forge_recalib_kernel.h"
 #include "tensorflow/compiler/mlir/lite/schema/schema_utils.h"
@@ -103,6 +101,7 @@ struct RunState {
   int trace = FORGE_APP_TRACE_NONE;
   bool in_invoke = false;
   uint32_t op_counter = 0;   // index of the op being evaluated (wrappers)
+  bool record = true;        // this pass's outputs are the image's (checksums, dumps)
   size_t image = 0;          // index of the image being evaluated
   long dump_op = -1;         // ForgeAppConfig.dump_op / dump_image
   size_t dump_image = 0;
@@ -248,12 +247,13 @@ TfLiteStatus WrappedInvoke(TfLiteContext* ctx, TfLiteNode* node) {
   if (forge) Marker(FORGE_APP_MARKER_FORGE_OP, 1, op);
   const TfLiteStatus status = g_slots[kSlot].original.invoke(ctx, node);
   if (forge) Marker(FORGE_APP_MARKER_FORGE_OP, 0, op);
-  if (op < kMaxOps && (g_run.trace == FORGE_APP_TRACE_ALL ||
-                       (g_run.trace == FORGE_APP_TRACE_FORGE && forge))) {
+  if (op < kMaxOps && g_run.record && (g_run.trace == FORGE_APP_TRACE_ALL ||
+                                       (g_run.trace == FORGE_APP_TRACE_FORGE && forge))) {
     ChecksumOutput(ctx, node, op);
     if (forge) ChecksumState(node, op);
   }
-  if (g_run.dump_op == static_cast<long>(op) && g_run.dump_image == g_run.image) {
+  if (g_run.record && g_run.dump_op == static_cast<long>(op) &&
+      g_run.dump_image == g_run.image) {
     DumpOutput(ctx, node, op);
   }
   return status;
@@ -421,76 +421,22 @@ constexpr int kNumBuiltins = 0
 
 using Resolver = tflite::MicroMutableOpResolver<kNumBuiltins + 1>;
 
-}  // namespace
-
-// Kernel API compatibility. The FORGE kernel moved from process-wide controls
-// (ForgeRecalibSetMode(), tflite::Register_FORGE_RECALIB()) to per-interpreter
-// ones (forge_tflm::ForgeRecalibControl through the interpreter's external
-// context, forge_tflm::Register_FORGE_RECALIB()). This file builds against
-// either: the registration is found by unqualified lookup through both
-// namespaces (only one declares it), and ModeScope uses the control struct
-// when the header defines it, else the old functions (declared here; never
-// referenced, so never linked, when the new API is present).
-namespace tflite {}
-namespace forge_tflm {
-struct ForgeRecalibControl;
-}
-bool ForgeRecalibSetMode(int32_t mode);
-int32_t ForgeRecalibGetMode();
-
-namespace forge_app_compat {
-using namespace tflite;      // NOLINT: old home of Register_FORGE_RECALIB
-using namespace forge_tflm;  // NOLINT: new home
-inline const TFLMRegistration* ForgeRegistration() { return Register_FORGE_RECALIB(); }
-}  // namespace forge_app_compat
-
-namespace {
-
-template <typename T, typename = void>
-struct IsComplete : std::false_type {};
-template <typename T>
-struct IsComplete<T, decltype(void(sizeof(T)))> : std::true_type {};
-
-// Sets FORGE's mode for one interpreter (new API) or for the process, restoring
-// the previous global mode afterwards (old API).
-template <typename Control = forge_tflm::ForgeRecalibControl>
+// Sets FORGE's mode for one interpreter through the kernel's external context.
 class ModeScope {
-  static constexpr bool kPerInterpreter = IsComplete<Control>::value;
-
  public:
   ModeScope(tflite::MicroInterpreter* interpreter, bool adapt) {
-    const int32_t mode = adapt ? FORGE_RECALIB_MODE_ADAPT : FORGE_RECALIB_MODE_FROZEN;
-    if constexpr (kPerInterpreter) {
-      control_.SetMode(mode);
-      ok_ = interpreter->SetMicroExternalContext(&control_) == kTfLiteOk;
-    } else {
-      (void)interpreter;
-      saved_ = ForgeRecalibGetMode();
-      ok_ = ForgeRecalibSetMode(mode);
-    }
-  }
-  ~ModeScope() {
-    if constexpr (!kPerInterpreter) ForgeRecalibSetMode(saved_);
+    control_.SetMode(adapt ? FORGE_RECALIB_MODE_ADAPT : FORGE_RECALIB_MODE_FROZEN);
+    ok_ = interpreter->SetMicroExternalContext(&control_) == kTfLiteOk;
   }
   bool ok() const { return ok_; }
-  // The gate switches modes per invocation; source mode exists only in the
-  // kernel with per-interpreter controls.
-  static constexpr bool kHasSourceMode = kPerInterpreter;
-  bool Set(int32_t mode) {
-    if constexpr (kPerInterpreter) {
-      return control_.SetMode(mode);
-    } else {
-      return ForgeRecalibSetMode(mode);
-    }
-  }
+  bool Set(int32_t mode) { return control_.SetMode(mode); }  // the gate, per invoke
 
  private:
-  std::conditional_t<kPerInterpreter, Control, char> control_{};
-  int32_t saved_ = 0;
+  forge_tflm::ForgeRecalibControl control_{};
   bool ok_ = false;
 };
 
-const TFLMRegistration* ForgeRegistration() { return forge_app_compat::ForgeRegistration(); }
+const TFLMRegistration* ForgeRegistration() { return forge_tflm::Register_FORGE_RECALIB(); }
 
 TfLiteStatus FillResolver(Resolver* r) {
   TfLiteStatus s = r->AddCustom(kForgeName, &Wrap<0>(*ForgeRegistration()));
@@ -580,7 +526,7 @@ struct Session {
   const OpList* ops = nullptr;
   uint32_t num_forge = 0;
   tflite::MicroInterpreter* interpreter = nullptr;
-  ModeScope<>* mode = nullptr;
+  ModeScope* mode = nullptr;
   TfLiteTensor* input = nullptr;
   TfLiteTensor* output = nullptr;
   size_t input_bytes = 0;
@@ -633,8 +579,8 @@ int ReadModel(const ForgeAppConfig& config, Session* s) {
 int SetUp(Session* s) {
   const ForgeAppConfig& config = *s->config;
   if (!s->mode->ok()) return Fail("forge_mode", -3);
-  if (config.gate && (!config.adapt || !ModeScope<>::kHasSourceMode)) {
-    return Fail(config.adapt ? "gate_needs_the_source_mode_kernel" : "gate_needs_adapt", -3);
+  if (config.gate && !config.adapt) {
+    return Fail("gate_needs_adapt", -3);
   }
   if (s->interpreter->AllocateTensors() != kTfLiteOk) return Fail("allocate_tensors", -4);
   s->input = s->interpreter->input(0);
@@ -707,20 +653,32 @@ bool LoadImage(const Session& s, size_t n) {
   return s.config->read_image(s.config->read_image_user, n, dst, s.input_bytes);
 }
 
+// One pass over the loaded image. Each pass's ops are counted from 0 (the profiler's
+// per-op cost counts both passes of a probe); only the pass whose output the image
+// keeps records checksums and dumps.
+TfLiteStatus Pass(Session* s, bool kept) {
+  g_run.op_counter = 0;
+  g_run.event_counter = 0;
+  g_run.record = kept;
+  const TfLiteStatus status = s->interpreter->Invoke();
+  g_run.record = true;
+  return status;
+}
+
 // A probed image: the source pass, then the adapting one on the same image; the
-// output tensor ends up holding the path chosen last (the source before the
-// first decision).
+// output tensor ends up holding the path chosen before the probe's decision (the
+// source before the first decision).
 TfLiteStatus RunProbe(Session* s, ForgeControllerEvent* event) {
+  const bool adapting = forge_controller_adapting(&s->gate);
   memcpy(s->probe_input, s->input->data.int8, s->input_bytes);
   if (!s->mode->Set(FORGE_RECALIB_MODE_SOURCE)) return kTfLiteError;
-  TfLiteStatus status = s->interpreter->Invoke();
+  TfLiteStatus status = Pass(s, !adapting);
   if (status != kTfLiteOk) return status;
   memcpy(s->source_logits, s->output->data.int8, s->num_classes);
   memcpy(s->input->data.int8, s->probe_input, s->input_bytes);
   s->mode->Set(forge_controller_op_mode(&s->gate, FORGE_CONTROLLER_PROBE));
-  status = s->interpreter->Invoke();
+  status = Pass(s, adapting);
   if (status != kTfLiteOk) return status;
-  const bool adapting = forge_controller_adapting(&s->gate);
   *event = forge_controller_probed(&s->gate, s->source_logits, s->output->data.int8, 1);
   if (!adapting) memcpy(s->output->data.int8, s->source_logits, s->num_classes);
   if (*event == FORGE_CONTROLLER_OFF) s->interpreter->Reset();  // clean targets
@@ -737,14 +695,14 @@ TfLiteStatus RunGated(Session* s, const char** path, ForgeControllerEvent* event
   static const char* const kPaths[] = {"adapt", "adapt", "adapt", "frozen"};
   s->mode->Set(forge_controller_op_mode(&s->gate, step));
   *path = kPaths[step];
-  const TfLiteStatus status = s->interpreter->Invoke();
+  const TfLiteStatus status = Pass(s, true);
   if (status == kTfLiteOk) forge_controller_ran(&s->gate, s->output->data.int8, 1);
   return status;
 }
 
 TfLiteStatus RunImage(Session* s, const char** path, ForgeControllerEvent* event) {
   if (s->config->gate) return RunGated(s, path, event);
-  return s->interpreter->Invoke();
+  return Pass(s, true);
 }
 
 // " name=h0,h1,..." over the FORGE ops (forge_only) or every op.
@@ -800,9 +758,7 @@ void PrintDecision(const Session& s, size_t n, ForgeControllerEvent event) {
 // Image n: loaded, run, printed. 1: done, 0: end of the stream, <0: failed.
 int Step(Session* s, size_t n, uint64_t* total_ticks) {
   if (!LoadImage(*s, n)) return 0;
-  g_run.op_counter = 0;
   g_run.image = n;
-  g_run.event_counter = 0;
   g_run.in_invoke = true;
   Marker(FORGE_APP_MARKER_INFERENCE, 1, static_cast<uint32_t>(n));
   const uint64_t t0 = Now();
@@ -872,7 +828,7 @@ int ForgeAppRun(const ForgeAppPlatform& platform, const ForgeAppConfig& config) 
   OpProfiler profiler;
   tflite::MicroInterpreter interpreter(s.model, resolver, config.arena, config.arena_size,
                                        nullptr, &profiler);
-  ModeScope<> mode(&interpreter, config.adapt);  // before AllocateTensors/Invoke
+  ModeScope mode(&interpreter, config.adapt);  // before AllocateTensors/Invoke
   s.interpreter = &interpreter;
   s.mode = &mode;
   rc = SetUp(&s);

@@ -33,12 +33,13 @@
 //       (trace>=forge; omitted if the state buffers could not be identified);
 //       trace=: one checksum per op's output (trace=all)
 //   tensor image=n op=k offset=o bytes=B values=v0,...  (dump_op; 512 per line)
-//   cost index=i name=CONV_2D calls=n ticks=T               (per operator, summed)
+//   cost index=i name=CONV_2D calls=n ticks=T    (per operator, summed over every
+//       pass: with config.gate a probed image runs twice, calls = images + probed)
 //   cost_type name=CONV_2D ops=k ticks=T                    (per operator type)
-//   gate image=n decision=on|off score_e6=S autocorrelation_e6=R  (a probe
-//       ended; the probe's score and label autocorrelation in millionths;
-//       with config.gate the img line also has path=source|adapt|frozen: the
-//       pass whose logits it prints)
+//   gate image=n decision=on|off score_e6=S correlated=0|1 agreement_e6=A
+//       chance_e6=C  (a probe ended: its score, the label-correlation detector's
+//       flag and rates, in millionths); with config.gate the img line also has
+//       path=source|adapt|frozen: the pass whose logits (and checksums) it prints
 //   done images=n status=ok|error ticks=T
 //   error what=...                                          (on failure)
 // The per-operator ticks come from TFLM's MicroProfiler interface with the

@@ -271,16 +271,18 @@ def run(fv: flags.FlagValues, command: str) -> int:
     where = f"--data_dir={fv.data_dir}" if fv.data_dir else f"--dataset={fv.dataset}"
     _check_images(clean.images, f"{where} ({clean.source})", artifact, fv)
     _check_corruptible(clean, where)
-    streams = list(st.generated_streams(clean, corruptions, fv.severity, fv.seed,
-                                        fv.include_clean))
     description = f"{clean.source}, generated corruptions, severity {fv.severity}"
   elif fv.corrupted_from == "cifar_c":
-    streams = list(st.cifar_c_streams(fv.cifar_c_dir, corruptions, fv.severity, limit,
-                                      fv.seed))
     description = f"{fv.cifar_c_dir}, severity {fv.severity}"
   else:
-    streams = list(st.tfds_streams(corruptions, fv.severity, limit, fv.seed))
     description = f"tfds cifar10_corrupted, severity {fv.severity}"
+
+  def at(severity, include_clean=False):
+    return list(st.corruption_streams(fv.corrupted_from, corruptions, severity, clean=clean,
+                                      cifar_c_dir=fv.cifar_c_dir, limit=limit,
+                                      seed=fv.seed, include_clean=include_clean))
+
+  streams = at(fv.severity, fv.include_clean)
   if fv.corrupted_from != "generated":
     for s in streams:
       _check_images(s.images, f"stream {s.name}", artifact, fv)
@@ -291,13 +293,7 @@ def run(fv: flags.FlagValues, command: str) -> int:
   if fv.protocol == "gradual":
     gradual_sources = {}
     for severity in sorted(set(field_streams.GRADUAL_SEVERITIES)):
-      if fv.corrupted_from == "generated":
-        at = st.generated_streams(clean, corruptions, severity, fv.seed)
-      elif fv.corrupted_from == "cifar_c":
-        at = st.cifar_c_streams(fv.cifar_c_dir, corruptions, severity, limit, fv.seed)
-      else:
-        at = st.tfds_streams(corruptions, severity, limit, fv.seed)
-      for stream in at:
+      for stream in at(severity):
         gradual_sources.setdefault(stream.name, {})[severity] = stream
     description = description.rsplit(",", 1)[0] + ", severities 1-5-1"
   streams = field_streams.build(fv.protocol, streams, label_order, gradual_sources,

@@ -1,5 +1,5 @@
 /* forge_tflm.evaluation._forge_controller: CPython binding of the field controller
- * (esp32s3_app/core/forge_controller.h), so the evaluator drives the code a device
+ * (custom_ops/forge_controller/src/forge_controller.h), so the evaluator drives the code a device
  * runs and no rule of it is written twice.
  *
  * Controller(settings: dict, num_classes, output_scale, output_zero_point): settings
@@ -184,7 +184,7 @@ static PyTypeObject ControllerType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "forge_tflm.evaluation._forge_controller.Controller",
     .tp_basicsize = sizeof(ControllerObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "The field controller (esp32s3_app/core/forge_controller.h).",
+    .tp_doc = "The field controller (custom_ops/forge_controller/src/forge_controller.h).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)controller_init,
     .tp_methods = controller_methods,

@@ -24,6 +24,10 @@ class Fp32Method:
   def reset(self) -> None:
     self.model.set_weights(self._initial)
 
+  def diagnostics(self) -> dict:
+    """What the method records per ordering beside its accuracy (JSON-ready)."""
+    return {}
+
   def to_float(self, images_uint8: np.ndarray) -> np.ndarray:
     return self.contract.to_float(images_uint8)
 

@@ -1,7 +1,7 @@
 """The gate in the evaluator: the field controller's C code, driven batch by batch.
 
 The rule (when to probe, how a probe decides, what runs between probes) exists once,
-in esp32s3_app/core/forge_controller.c; this module binds it (`_forge_controller`), so
+in custom_ops/forge_controller/src/forge_controller.c; this module binds it (`_forge_controller`), so
 `forge-gated` and a device running the app take the same decisions by construction.
 Its settings are declared once too (forge_controller_settings.h): GateConfig's fields,
 the eval flags, the host app's arguments and the firmware's defines all come from
@@ -104,6 +104,22 @@ class GatedForge(Int8Method):
     self.config = GateConfig() if config is None else config
     self.settings = settings(self.config)
     self.reset()
+
+  @classmethod
+  def create(cls, model, config) -> "GatedForge":
+    return cls(model, config.gate)
+
+  def diagnostics(self) -> dict:
+    """Per ordering: whether the last decision adapts, the probe's score, the
+    detector's flag; with a period also the shares of images adapted and probed and
+    the decisions taken (the record keys resume.py checks)."""
+    out = {"gate_fired": bool(self.fired), "gate_score": float(self.score),
+           "gate_correlated": bool(self.correlated)}
+    if self.config.period is not None:
+      out.update(gate_adapted=round(self.adapted_fraction, 4),
+                 gate_probed=round(self.probed_fraction, 4),
+                 gate_decisions=len(self.decisions))
+    return out
 
   def reset(self):
     super().reset()

@@ -37,8 +37,17 @@ class Int8Method:
   def __init__(self, model: SegmentedModel):
     self.model = model
 
+  @classmethod
+  def create(cls, model: SegmentedModel, config) -> "Int8Method":
+    """The method for an evaluation `config` (EvalConfig) on its own `model`."""
+    return cls(model)
+
   def reset(self) -> None:
     self.model.reset()
+
+  def diagnostics(self) -> dict:
+    """What the method records per ordering beside its accuracy (JSON-ready)."""
+    return {}
 
   def logits(self, x_int8: np.ndarray, mode: str) -> np.ndarray:
     return self.model.dequantize_output(self.model.run(x_int8, mode=mode))

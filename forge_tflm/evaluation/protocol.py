@@ -114,9 +114,7 @@ def build_methods(config: EvalConfig, artifact, float_model, contract):
         raise ValueError(f"method {name} needs the int8 artifact (.tflite)")
       model = SegmentedModel.from_artifact(artifact, config.kernels)
       override_options(model, **config.option_overrides)
-      methods[name] = (GatedForge(model, config.gate)
-                       if name == "forge-gated"
-                       else INT8_METHODS[name](model))
+      methods[name] = _METHOD_CLASSES[name].create(model, config)
     else:
       if float_model is None:
         raise ValueError(f"method {name} needs the float Keras model")
@@ -165,9 +163,9 @@ def evaluate_stream(config: EvalConfig, methods: dict, stream: Stream, contract,
 
   Returns the stream's record, JSON-ready (what evaluation runs save per finished
   stream): {"stream", "images", "accuracy": {method: [acc per ordering]},
-  "gate_fired": [...], "gate_score": [...] (forge-gated only; with a gate period also
-  "gate_adapted": [share of images the adapting path predicted], "gate_probed": [share
-  of images probed], "gate_decisions": [decisions]), "seconds": {method}}.
+  each method's diagnostics() per ordering (forge-gated: "gate_fired", "gate_score",
+  "gate_correlated", with a gate period "gate_adapted", "gate_probed",
+  "gate_decisions"), "seconds": {method}}.
   Each method's state is reset at the start of every ordering, so a stream's
   record does not depend on the streams evaluated before it.
   """
@@ -199,14 +197,8 @@ def evaluate_stream(config: EvalConfig, methods: dict, stream: Stream, contract,
       seconds += time.perf_counter() - t0
       for d, domain in enumerate(stream.domain_names):
         per_domain[domain].append(float(hits[stream.domains == d].mean()))
-      if name == "forge-gated":
-        record.setdefault("gate_fired", []).append(bool(method.fired))
-        record.setdefault("gate_score", []).append(float(method.score))
-        record.setdefault("gate_correlated", []).append(bool(method.correlated))
-        if config.gate.period is not None:
-          record.setdefault("gate_adapted", []).append(round(method.adapted_fraction, 4))
-          record.setdefault("gate_probed", []).append(round(method.probed_fraction, 4))
-          record.setdefault("gate_decisions", []).append(len(method.decisions))
+      for key, value in method.diagnostics().items():
+        record.setdefault(key, []).append(value)
     record["accuracy"][name] = accs * (config.orderings // runs)
     record["seconds"][name] = seconds
     if stream.domain_names:

@@ -39,3 +39,17 @@ def tfds_streams(corruptions: Sequence[str], severity: int, limit: int | None = 
   for name in corruptions:
     data = load_tfds_corrupted(name, severity, tfds_data_dir).random_subset(limit, seed)
     yield Stream(name, data.images, data.labels)
+
+
+def corruption_streams(source: str, corruptions: Sequence[str], severity: int, *,
+                       clean: ImageSet | None = None, cifar_c_dir: str | None = None,
+                       limit: int | None = None, seed: int = 0,
+                       include_clean: bool = False) -> Iterator[Stream]:
+  """One stream per corruption at `severity` from `source` (eval's --corrupted_from):
+  "generated" corrupts `clean` (and can add it as a stream), "cifar_c" reads
+  `cifar_c_dir`, "tfds" the prepared cifar10_corrupted."""
+  if source == "generated":
+    return generated_streams(clean, corruptions, severity, seed, include_clean)
+  if source == "cifar_c":
+    return cifar_c_streams(cifar_c_dir, corruptions, severity, limit, seed)
+  return tfds_streams(corruptions, severity, limit, seed)

@@ -26,7 +26,6 @@ error (any other exception, or a message over several lines), hang.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import os
@@ -158,15 +157,7 @@ def fuzz(mutants: int, run_seed: int = 0, start: int = 0, progress=None) -> dict
 
 
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--mutants", type=int, default=2000)
-  p.add_argument("--run_seed", type=int, default=0)
-  p.add_argument("--start", type=int, default=0)
-  args = p.parse_args(argv)
-  summary = fuzz(args.mutants, args.run_seed, args.start)
-  json.dump(summary, sys.stdout, indent=1)
-  return 1 if summary["findings"] else 0
-
+  return af.in_process_main(fuzz, __doc__, argv)
 
 if __name__ == "__main__":
   sys.exit(main())

@@ -33,7 +33,6 @@ number >= 0.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import math
@@ -428,64 +427,28 @@ def check_csv(data: bytes) -> tuple[str, str]:
 
 def fuzz(mutants: int, run_seed: int = 0, start: int = 0, progress=None) -> dict:
   """`mutants` logs and `mutants` CSVs (indices start..); a summary dict."""
+  from tests.runtime import artifact_fuzz as af
+
   logs, csvs = log_seeds(), csv_seeds()
   summary = {"mutants": mutants, "run_seed": run_seed, "start": start}
   t0, c0 = time.perf_counter(), time.process_time()
-  for what, mutate, check, seeds in (
-      ("log", mutate_log, lambda name, d: check_log(d, logs[name], name == "gated"), logs),
-      ("csv", mutate_csv, lambda name, d: check_csv(d), csvs)):
-    counts, by_seed, by_mutator = (collections.Counter(), collections.defaultdict(
-        collections.Counter), collections.defaultdict(collections.Counter))
-    reasons, findings = collections.Counter(), []
-    t = time.perf_counter()
-    for index in range(start, start + mutants):
-      name, mutator, desc, data = mutate(seeds, index, run_seed)
-      outcome, message = check(name, data)
-      counts[outcome] += 1
-      by_seed[name][outcome] += 1
-      by_mutator[mutator][outcome] += 1
-      if outcome in ("rejected", "not_verified"):
-        reasons[_reason(message)] += 1
-      if outcome in FAILURES:
-        findings.append({"index": index, "seed": name, "mutator": mutator, "desc": desc,
-                         "outcome": outcome, "message": message[:800],
-                         "data": data.decode("utf-8", "replace")[:4000]})
-      if progress and (index - start + 1) % 10_000 == 0:
-        progress(what, index - start + 1, counts)
-    summary[what] = {"counts": dict(counts), "by_seed": {k: dict(v) for k, v in by_seed.items()},
-                     "by_mutator": {k: dict(v) for k, v in by_mutator.items()},
-                     "reasons": dict(reasons.most_common(12)), "findings": findings,
-                     "wall_seconds": time.perf_counter() - t}
+  for what, mutate, check, seeds, outcomes in (
+      ("log", mutate_log, lambda name, d: check_log(d, logs[name], name == "gated"), logs,
+       LOG_OUTCOMES),
+      ("csv", mutate_csv, lambda name, d: check_csv(d), csvs, CSV_OUTCOMES)):
+    summary[what] = af.in_process(
+        lambda i, mutate=mutate, seeds=seeds: mutate(seeds, i, run_seed), check, mutants,
+        start, outcomes, progress and (lambda done, counts, what=what: progress(
+            what, done, counts)), run_seed)
   summary["wall_seconds"] = time.perf_counter() - t0
   summary["cpu_seconds"] = time.process_time() - c0
   return summary
 
 
-def _reason(message: str) -> str:
-  """A message without its numbers and quoted values, to count kinds of reasons."""
-  out, quoted = [], None
-  for ch in message[:90]:
-    if quoted:
-      quoted = None if ch == quoted else quoted
-      continue
-    if ch in "'\"":
-      quoted = ch
-      out.append("…")
-    elif not ch.isdigit():
-      out.append(ch)
-  return "".join(out)
-
-
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--mutants", type=int, default=2000)
-  p.add_argument("--run_seed", type=int, default=0)
-  p.add_argument("--start", type=int, default=0)
-  args = p.parse_args(argv)
-  summary = fuzz(args.mutants, args.run_seed, args.start)
-  json.dump(summary, sys.stdout, indent=1)
-  return 1 if any(summary[w]["findings"] for w in ("log", "csv")) else 0
+  from tests.runtime import artifact_fuzz as af
 
+  return af.in_process_main(fuzz, __doc__, argv, lambda s: any(s[w]["findings"] for w in ("log", "csv")))
 
 if __name__ == "__main__":
   sys.exit(main())

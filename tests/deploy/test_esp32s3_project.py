@@ -3,8 +3,9 @@ tests/deploy/test_esp32s3_idf.py builds it with ESP-IDF and runs it). What is ch
 
   - the app's sources: the ESP-IDF main component compiles core/sources.txt plus
     main.cc and esp32s3_platform.cc (markers, cycle counter, console, arena) and
-    nothing else, and the host and Cortex-M Makefiles compile exactly
-    core/sources.txt plus their own main (read from `make -n`);
+    nothing else, and requires the forge_controller component; the host and
+    Cortex-M Makefiles compile exactly core/sources.txt, the controller's
+    sources.txt and their own main (read from `make -n`);
   - main.cc holds only app_main;
   - main.cc and esp32s3_platform.cc compile (-fsyntax-only) against TFLM and the
     exported arrays, with declarations of the ESP-IDF APIs they call
@@ -28,31 +29,39 @@ from tests.deploy import test_cortexm as cm
 from tests.deploy import test_host_parity as host
 
 APP = os.path.join(REPO_ROOT, "esp32s3_app")
+CONTROLLER = os.path.join(REPO_ROOT, "custom_ops", "forge_controller")
 MAIN = os.path.join(APP, "main")
 STUBS = os.path.join(REPO_ROOT, "tests", "deploy", "idf_stubs")
 
 
-def _core_sources() -> list[str]:
-  with open(os.path.join(APP, "core", "sources.txt")) as f:
+def _sources(folder: str) -> list[str]:
+  with open(os.path.join(folder, "sources.txt")) as f:
     return [line.strip() for line in f if line.strip()]
 
 
+def _core_sources() -> list[str]:
+  return _sources(os.path.join(APP, "core"))
+
+
 def _compiled_app_sources(make_args: list[str], goals: list[str]) -> set[str]:
-  """esp32s3_app/ sources that `make -n -B` would compile, relative to esp32s3_app."""
+  """The esp32s3_app/ and controller sources `make -n -B` would compile, relative to the
+  repository."""
   r = subprocess.run(["make", "-n", "-B"] + goals + make_args, capture_output=True,
                      text=True)
   assert r.returncode == 0, r.stderr[-3000:]
   found = set()
   for src in re.findall(r"-c (\S+\.cc?)\b", r.stdout):
     path = os.path.normpath(src)
-    if path.startswith(APP + os.sep):
-      found.add(os.path.relpath(path, APP))
+    if path.startswith((APP + os.sep, CONTROLLER + os.sep)):
+      found.add(os.path.relpath(path, REPO_ROOT))
   return found
 
 
 def test_core_sources_list_every_core_file():
   on_disk = sorted(f for f in os.listdir(os.path.join(APP, "core")) if f.endswith((".cc", ".c")))
   assert sorted(_core_sources()) == on_disk
+  src = os.path.join(CONTROLLER, "src")
+  assert sorted(_sources(CONTROLLER)) == sorted(f for f in os.listdir(src) if f.endswith(".c"))
 
 
 def test_idf_main_component_compiles_the_core_and_its_own_two_files():
@@ -61,6 +70,7 @@ def test_idf_main_component_compiles_the_core_and_its_own_two_files():
   assert srcs == ['"main.cc"', '"esp32s3_platform.cc"', "${core_srcs}",
                   '"${generated}/forge_app_data.cc"']
   assert "../core/sources.txt" in text
+  assert re.search(r"PRIV_REQUIRES [^)]*\bforge_controller\b", text)
   sources = sorted(f for f in os.listdir(MAIN) if f.endswith((".cc", ".c", ".cpp")))
   assert sources == ["esp32s3_platform.cc", "main.cc"]
 
@@ -73,16 +83,17 @@ def test_ci_targets_compile_the_same_core(target):
     tflm, esp = third_party.snapshot("tflite-micro"), third_party.snapshot("esp-tflite-micro")
     args = ["-C", os.path.join(APP, "host"), "KERNELS=reference", f"TFLM_DIR={tflm}",
             f"THIRD_PARTY={os.path.join(esp, 'third_party')}", "BUILD_DIR=/nonexistent"]
-    main = "host/host_main.cc"
+    main = "esp32s3_app/host/host_main.cc"
     goals = ["all"]
   else:
     args = ["-C", os.path.join(APP, "cortexm")] + cm._make_args("an386")
     args = [a if not a.startswith("BUILD_DIR=") else "BUILD_DIR=/nonexistent" for a in args]
-    main = "cortexm/cortexm_main.cc"
+    main = "esp32s3_app/cortexm/cortexm_main.cc"
     goals = ["lib"]
   compiled = _compiled_app_sources(args, goals)
-  core = {f"core/{name}" for name in _core_sources()}
-  assert compiled - {"cortexm/startup.c"} == core | {main}, compiled
+  core = {f"esp32s3_app/core/{name}" for name in _core_sources()}
+  core |= {f"custom_ops/forge_controller/src/{name}" for name in _sources(CONTROLLER)}
+  assert compiled - {"esp32s3_app/cortexm/startup.c"} == core | {main}, compiled
 
 
 def test_main_cc_holds_only_app_main():
@@ -107,7 +118,8 @@ def test_app_sources_compile_against_tflm_and_idf_declarations(tmp_path):
     r = subprocess.run(
         ["g++", "-std=c++17", "-fsyntax-only", "-Wall", "-Wextra", "-Werror",
          "-DTF_LITE_STATIC_MEMORY", "-DESP_NN=1", f"-I{STUBS}", f"-I{MAIN}",
-         f"-I{os.path.join(APP, 'core')}", f"-I{gen}", f"-I{forge}/src", f"-I{forge}/micro",
+         f"-I{os.path.join(APP, 'core')}", f"-I{CONTROLLER}/src", f"-I{gen}",
+         f"-I{forge}/src", f"-I{forge}/micro",
          "-isystem", tflm, "-isystem", f"{tp}/flatbuffers/include", "-isystem",
          f"{tp}/gemmlowp", "-isystem", f"{tp}/ruy", os.path.join(MAIN, src)],
         capture_output=True, text=True)

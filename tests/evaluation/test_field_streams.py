@@ -112,6 +112,9 @@ class _Majority:
   def reset(self):
     pass
 
+  def diagnostics(self):
+    return {}
+
   def predict(self, images):
     domain = images[:, 0, 0, 0]
     logits = np.zeros((len(images), CLASSES))

@@ -884,6 +884,19 @@ def in_process(mutate, check, mutants: int, start: int, outcomes, progress=None,
           "wall_seconds": time.perf_counter() - t0,
           "cpu_seconds": time.process_time() - c0}
 
+def in_process_main(fuzz, doc: str, argv=None, failed=lambda s: bool(s["findings"])) -> int:
+  """main() of an in-process fuzzer: --mutants, --run_seed, --start; the summary as
+  JSON on stdout; exit status 1 when `failed(summary)`."""
+  p = argparse.ArgumentParser(description=doc.split("\n")[0])
+  p.add_argument("--mutants", type=int, default=2000)
+  p.add_argument("--run_seed", type=int, default=0)
+  p.add_argument("--start", type=int, default=0)
+  args = p.parse_args(argv)
+  summary = fuzz(args.mutants, args.run_seed, args.start)
+  json.dump(summary, sys.stdout, indent=1)
+  return 1 if failed(summary) else 0
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--worker", action="store_true")

@@ -5,8 +5,8 @@
 // (forge_tflm.evaluation.gate reads this list through the bound module).
 // Types: u32 (unsigned images), f64 (real). What each setting does and
 // the measurement that set its default: docs/design/field-robustness.md.
-#ifndef ESP32S3_APP_CORE_FORGE_CONTROLLER_SETTINGS_H_
-#define ESP32S3_APP_CORE_FORGE_CONTROLLER_SETTINGS_H_
+#ifndef FORGE_CONTROLLER_SETTINGS_H_
+#define FORGE_CONTROLLER_SETTINGS_H_
 
 #define FORGE_CONTROLLER_SETTINGS(X)                                                \
   X(u32, probe_images, PROBE_IMAGES, 256,                                           \
@@ -18,4 +18,4 @@
   X(u32, label_window, LABEL_WINDOW, 4096,                                         \
     "label-correlation detector: images its class histogram spans; 0: off")
 
-#endif  // ESP32S3_APP_CORE_FORGE_CONTROLLER_SETTINGS_H_
+#endif  // FORGE_CONTROLLER_SETTINGS_H_

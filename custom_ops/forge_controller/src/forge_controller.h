@@ -40,8 +40,8 @@
 // of one class cannot bend adapt (op SPEC "Adapt-safe mode").
 // Memory: sizeof(ForgeController), 3 doubles per class of
 // FORGE_CONTROLLER_MAX_CLASSES.
-#ifndef ESP32S3_APP_CORE_FORGE_CONTROLLER_H_
-#define ESP32S3_APP_CORE_FORGE_CONTROLLER_H_
+#ifndef FORGE_CONTROLLER_H_
+#define FORGE_CONTROLLER_H_
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -155,4 +155,4 @@ bool forge_controller_correlated(const ForgeController* c);
 }  // extern "C"
 #endif
 
-#endif  // ESP32S3_APP_CORE_FORGE_CONTROLLER_H_
+#endif  // FORGE_CONTROLLER_H_
