@@ -85,8 +85,9 @@ def test_every_decision_page_is_in_the_decisions_index():
 
 
 def test_every_result_file_is_in_the_results_index():
-  """results/INDEX.md says of each file in results/ and benchmarks/results/ whether its
-  figure stands: a link to it (a folder: to a file in it) or a `pattern*` it matches."""
+  """results/INDEX.md says of each committed file in results/ and benchmarks/results/
+  whether its figure stands: a link to it (a folder: to a file in it) or a `pattern*` it
+  matches."""
   index_path = os.path.join(REPO_ROOT, "results", "INDEX.md")
   linked = {os.path.normpath(os.path.join(os.path.dirname(index_path), t))
             for _, t in _relative_links(index_path)}
@@ -94,7 +95,10 @@ def test_every_result_file_is_in_the_results_index():
     patterns = [p for p in re.findall(r"`([^`\s]+)`", f.read()) if "*" in p]
   missing = []
   for folder in ("results", os.path.join("benchmarks", "results")):
-    for name in sorted(os.listdir(os.path.join(REPO_ROOT, folder))):
+    tracked = subprocess.run(["git", "ls-files", "-z", "--", folder], cwd=REPO_ROOT,
+                             capture_output=True, check=True).stdout.decode().split("\0")
+    names = {os.path.relpath(p, folder).split(os.sep)[0] for p in tracked if p}
+    for name in sorted(names):
       path = os.path.join(REPO_ROOT, folder, name)
       if path == index_path:
         continue
