@@ -8,7 +8,7 @@ inference), on two workers: zero aborts, segfaults, hangs (20 s per mutant), oth
 exceptions or multi-line messages, and every rejection comes from the validator
 (forge_tflm.model_check), none from LiteRT. 11-12 ms of CPU per mutant: about 25 s of
 wall time on 2 idle cores; benchmarks/fuzz_artifacts.py runs 100,000
-(benchmarks/results/fuzz_artifacts.txt).
+(benchmarks/results/superseded/fuzz_artifacts.txt).
 """
 
 import os
