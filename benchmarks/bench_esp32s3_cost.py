@@ -1,13 +1,14 @@
 """Instructions per inference and FORGE's share on the emulated ESP32-S3.
 
-Builds esp32s3_app/esp32s3 (TFLM + ESP-NN's _esp32s3 kernels + FORGE, see
-tests/deploy/test_esp32s3_qemu.py) with FORGE's ansi core and with its S3 variant
-(forge_recalib_s8_esp32s3), runs the bundled ResNet-20 plain int8 and with FORGE at
-21 sites on the first --images gaussian_noise-5 CIFAR-10 test images at batch 1 with
-FORGE adapting, under `qemu-system-xtensa -machine esp32s3 -icount shift=0` with
-trace=none and the second core parked (esp32s3_app/esp32s3/cpu1_park.S), and prints
-the tables of bench_mcu_cost.py (the Cortex-M boards; results/mcu_cost.txt is that
-script's alone), FORGE per site with both cores side by side.
+Builds esp32s3_app/esp32s3 (TFLM + ESP-NN's _esp32s3 kernels + FORGE, built and run by
+forge_tflm.deploy.targets as tests/deploy/test_esp32s3_qemu.py does) with FORGE's ansi
+core and with its S3 variant (forge_recalib_s8_esp32s3), runs the bundled ResNet-20
+plain int8 and with FORGE at 21 sites on the first --images gaussian_noise-5 CIFAR-10
+test images at batch 1 with FORGE adapting, under `qemu-system-xtensa -machine esp32s3
+-icount shift=0` with trace=none and the second core parked
+(esp32s3_app/esp32s3/cpu1_park.S), and prints the tables of bench_mcu_cost.py (the
+Cortex-M boards; results/mcu_cost.txt is that script's alone), FORGE per site with both
+cores side by side.
 
 Instruction counts: with -icount shift=0 each instruction is 1 ns of virtual time and
 CCOUNT runs at 40 MHz: the target calibrates exactly 25 instructions per tick at boot.
@@ -33,9 +34,7 @@ sys.path.insert(0, REPO_ROOT)
 from benchmarks.bench_mcu_cost import forge_site_shapes, site_table  # noqa: E402
 from benchmarks._report import command_line, dated, emit  # noqa: E402
 
-from tests import third_party  # noqa: E402
-from tests.deploy import test_cortexm as cm  # noqa: E402
-from tests.deploy import test_esp32s3_qemu as s3  # noqa: E402
+from forge_tflm.deploy import firmware, targets  # noqa: E402
 
 RUNS = (("plain", "ansi"), ("forge_all", "ansi"), ("forge_all", "esp32s3"))
 LABELS = {("plain", "ansi"): "plain int8", ("forge_all", "ansi"): "FORGE, 21 sites, ansi",
@@ -52,8 +51,9 @@ def run_all(artifacts, stream, images: int):
   runs, calib = {}, None
   for name, variant in RUNS:
     x = deploy.model_input(artifacts[name], stream.images[:images])
-    elf = s3.build_elf(cm.gen_dir_for(artifacts[name], x, name), variant=variant)
-    text, calib = s3.run_qemu(elf, "--trace=none", icount=True)
+    elf = targets.build_esp32s3_elf(targets.gen_dir_for(artifacts[name], x, name),
+                                    variant=variant)
+    text, calib = targets.run_esp32s3(elf, "--trace=none", icount=True)
     run = deploy.parse_app_output(text)
     if not run.ok or len(run.ticks) != images:
       raise RuntimeError(f"esp32s3/{name}/{variant} failed:\n{text[-2000:]}")
@@ -91,17 +91,18 @@ def main(argv=None) -> int:
   ap.add_argument("--output", default=None, help="also write the report here")
   args = ap.parse_args(argv)
 
-  prefix, why = third_party.esp32s3_tools()
-  if prefix is None:
+  why = firmware.missing_tools("esp32s3")
+  if why:
     print(f"cannot run: {why}")
     return 2
   from forge_tflm import deploy
 
   t0 = time.time()
-  s3.make(["lib"])
+  targets.make_esp32s3(["lib"])
   t_build = time.time() - t0
-  artifacts = cm.artifact_paths()
-  stream = deploy.corrupted_stream(cm.DATA_DIR, "gaussian_noise", 5, limit=cm.STREAM_LIMIT)
+  artifacts = targets.artifact_paths()
+  stream = deploy.corrupted_stream(targets.DATA_DIR, "gaussian_noise", 5,
+                                   limit=targets.STREAM_LIMIT)
   runs, calib = run_all(artifacts, stream, args.images)
   lines = header_lines(argv, args.images)
   lines += ["", f"## esp32s3: qemu-system-xtensa -machine esp32s3, Xtensa LX7 (CCOUNT "

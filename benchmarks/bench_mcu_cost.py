@@ -1,14 +1,14 @@
 """Instructions per inference and FORGE's share on Cortex-M (qemu-system-arm).
 
-Builds esp32s3_app/cortexm (TFLite-Micro + CMSIS-NN + FORGE, see
-tests/deploy/test_cortexm.py) for the Cortex-M4F (mps2-an386, CMSIS-NN DSP path),
-the Cortex-M55 (mps3-an547, CMSIS-NN Helium/MVE path) and, with --boards, the
-FPU-less Cortex-M3 (mps2-an385, CMSIS-NN's C path; FORGE's float op in soft-float,
-its integer option built alone, FORGE_ARITH=int), runs the bundled ResNet-20
-converted with FORGE at 21 sites, at 3 sites, at 21 sites with the integer
-arithmetic (--arithmetic=int) and without FORGE (plain int8), as --artifacts picks,
-on the first --images gaussian_noise-5 CIFAR-10 test images at batch 1 with FORGE
-adapting, under `qemu-system-arm -icount shift=0` with trace=none, and prints:
+Builds esp32s3_app/cortexm (TFLite-Micro + CMSIS-NN + FORGE, built and run by
+forge_tflm.deploy.targets as tests/deploy/test_cortexm.py does) for the Cortex-M4F
+(mps2-an386, CMSIS-NN DSP path), the Cortex-M55 (mps3-an547, CMSIS-NN Helium/MVE path)
+and, with --boards, the FPU-less Cortex-M3 (mps2-an385, CMSIS-NN's C path; FORGE's float
+op in soft-float, its integer option built alone, FORGE_ARITH=int), runs the bundled
+ResNet-20 converted with FORGE at 21 sites, at 3 sites, at 21 sites with the integer
+arithmetic (--arithmetic=int) and without FORGE (plain int8), as --artifacts picks, on
+the first --images gaussian_noise-5 CIFAR-10 test images at batch 1 with FORGE adapting,
+under `qemu-system-arm -icount shift=0` with trace=none, and prints:
 
   - per artifact: instructions per inference, FORGE's instructions and share,
     TFLM arena_used (32-bit target) and FORGE's persistent bytes;
@@ -42,7 +42,7 @@ sys.path.insert(0, REPO_ROOT)
 
 from benchmarks._report import command_line, dated, emit  # noqa: E402
 
-from tests.deploy import test_cortexm as cm  # noqa: E402  (build/run helpers)
+from forge_tflm.deploy import firmware, targets  # noqa: E402
 
 ARTIFACT_LABELS = {"forge_all": "FORGE, 21 sites", "forge_3": "FORGE, 3 sites",
                    "forge_int": "FORGE int, 21 sites", "plain": "plain int8"}
@@ -67,9 +67,9 @@ def run_board(board: str, names: list[str], artifacts, stream, images: int):
   runs, calib = {}, None
   for name in names:
     x = deploy.model_input(artifacts[name], stream.images[:images])
-    elf = cm.build_elf(board, cm.gen_dir_for(artifacts[name], x, name),
-                       arith=cm.forge_arith(board, name))
-    text, calib = cm.run_qemu(board, elf, "--trace=none")
+    elf = targets.build_cortexm_elf(board, targets.gen_dir_for(artifacts[name], x, name),
+                                    arith=targets.forge_arith(board, name))
+    text, calib = targets.run_cortexm(board, elf, "--trace=none")
     run = deploy.parse_app_output(text)
     if not run.ok or len(run.ticks) != images:
       raise RuntimeError(f"{board}/{name} failed:\n{text[-2000:]}")
@@ -163,7 +163,7 @@ def main(argv=None) -> int:
   ap.add_argument("--output", default=None, help="also write the report here")
   args = ap.parse_args(argv)
 
-  why = cm.missing_tools()
+  why = firmware.missing_tools("cortex-m4f")
   if why:
     print(f"cannot run: {why}")
     return 2
@@ -173,14 +173,15 @@ def main(argv=None) -> int:
   boards = [b for b in args.boards.split(",") if b]
   names = [n for n in args.artifacts.split(",") if n]
   for board in boards:
-    cm.make(board, ["lib"])
+    targets.make_cortexm(board, ["lib"])
   t_build = time.time() - t0
-  artifacts = cm.artifact_paths()
-  stream = deploy.corrupted_stream(cm.DATA_DIR, "gaussian_noise", 5, limit=cm.STREAM_LIMIT)
+  artifacts = targets.artifact_paths()
+  stream = deploy.corrupted_stream(targets.DATA_DIR, "gaussian_noise", 5,
+                                   limit=targets.STREAM_LIMIT)
   shapes = forge_site_shapes(artifacts["forge_all"])
   lines = header_lines(argv, args.images)
   for board in boards:
-    machine, cpu, _ = cm.BOARDS[board]
+    machine, cpu, _ = targets.BOARDS[board]
     runs, calib = run_board(board, names, artifacts, stream, args.images)
     lines += ["", f"## {board}: qemu {machine}, {cpu} "
               f"(SysTick calibration: {int(calib['calib_instructions']):,} loop instructions "

@@ -36,9 +36,7 @@ sys.path.insert(0, REPO_ROOT)
 
 from benchmarks._report import emit  # noqa: E402
 
-from tests import third_party  # noqa: E402
-from tests.deploy import test_cortexm as cm  # noqa: E402  (build/run helpers)
-from tests.deploy import test_host_parity as host  # noqa: E402
+from forge_tflm.deploy import firmware, targets  # noqa: E402
 
 LABELS = {"forge_all": "FORGE, 21 sites", "forge_3": "FORGE, 3 sites", "plain": "plain int8"}
 HOST_TARGETS = ("reference", "esp_nn")
@@ -54,7 +52,7 @@ def _size(tool: str, objects: list[str]) -> int:
 def run_host(target: str, artifacts: dict, x_by_name: dict, work: str) -> dict:
   from forge_tflm import deploy
 
-  binary = host._make(target)
+  binary = targets.build_host(target)
   out = {}
   for name, path in artifacts.items():
     images = deploy.write_image_stream(os.path.join(work, f"{name}.bin"), x_by_name[name])
@@ -71,18 +69,16 @@ def run_host(target: str, artifacts: dict, x_by_name: dict, work: str) -> dict:
 def run_board(board: str, artifacts: dict, x_by_name: dict) -> dict:
   from forge_tflm import deploy
 
-  cm.make(board, ["lib"])
+  targets.make_cortexm(board, ["lib"])
   out = {}
   for name, path in artifacts.items():
-    elf = cm.build_elf(board, cm.gen_dir_for(path, x_by_name[name], name))
-    text, _ = cm.run_qemu(board, elf, "--trace=none")
+    elf = targets.build_cortexm_elf(board, targets.gen_dir_for(path, x_by_name[name], name))
+    text, _ = targets.run_cortexm(board, elf, "--trace=none")
     run = deploy.parse_app_output(text)
     if not run.ok:
       raise RuntimeError(f"{board}/{name} failed:\n{text[-2000:]}")
     out[name] = run.mem
-  from forge_tflm.deploy import firmware
-
-  objs = sorted(glob.glob(os.path.join(firmware.build_dir(f"cortexm-{board}"), "forge",
+  objs = sorted(glob.glob(os.path.join(targets.build_dir(f"cortexm-{board}"), "forge",
                                        "*.o")))
   return {"mem": out, "code": _size("arm-none-eabi-size", objs), "objects": objs}
 
@@ -92,23 +88,25 @@ def main(argv=None) -> int:
   ap.add_argument("--targets", default="reference,esp_nn,an386,an547")
   ap.add_argument("--output", default=None, help="also write the report here")
   args = ap.parse_args(argv)
-  targets = [t for t in args.targets.split(",") if t]
-  if any(t in cm.BOARDS for t in targets) and cm.missing_tools():
-    print(f"cannot run the Cortex-M targets: {cm.missing_tools()}")
+  wanted = [t for t in args.targets.split(",") if t]
+  why = any(t in targets.BOARDS for t in wanted) and firmware.missing_tools("cortex-m4f")
+  if why:
+    print(f"cannot run the Cortex-M targets: {why}")
     return 2
 
   from forge_tflm import deploy
   from forge_tflm.artifact import Artifact
 
   t0 = time.time()
-  artifacts = {n: cm.artifact_paths()[n] for n in LABELS}
-  stream = deploy.corrupted_stream(cm.DATA_DIR, "gaussian_noise", 5, limit=cm.STREAM_LIMIT)
+  artifacts = {n: targets.artifact_paths()[n] for n in LABELS}
+  stream = deploy.corrupted_stream(targets.DATA_DIR, "gaussian_noise", 5,
+                                   limit=targets.STREAM_LIMIT)
   x_by_name = {n: deploy.model_input(p, stream.images[:1]) for n, p in artifacts.items()}
   manifests = {n: Artifact.load(p).manifest for n, p in artifacts.items() if n != "plain"}
   results = {}
   with tempfile.TemporaryDirectory() as work:
-    for t in targets:
-      results[t] = (run_board(t, artifacts, x_by_name) if t in cm.BOARDS
+    for t in wanted:
+      results[t] = (run_board(t, artifacts, x_by_name) if t in targets.BOARDS
                     else run_host(t, artifacts, x_by_name, work))
 
   lines = [f"# {datetime.date.today()}: python benchmarks/bench_mcu_memory.py "
@@ -127,7 +125,7 @@ def main(argv=None) -> int:
            "| target | artifact | arena_used | FORGE adds | state | op data | rest | "
            "manifest (32-bit) | FORGE scratch (largest) |",
            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-  for t in targets:
+  for t in wanted:
     mem = results[t]["mem"]
     plain = mem["plain"]["arena_used"]
     for name in artifacts:
@@ -146,7 +144,7 @@ def main(argv=None) -> int:
   lines += ["", "## Flash (bytes)", "",
             "| target | FORGE objects (code + data, before --gc-sections) |",
             "| --- | ---: |"]
-  for t in targets:
+  for t in wanted:
     names = ", ".join(os.path.basename(o) for o in results[t]["objects"])
     lines.append(f"| {t} | {results[t]['code']:,} ({names}) |")
   sizes = {n: os.path.getsize(p) for n, p in artifacts.items()}

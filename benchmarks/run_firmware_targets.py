@@ -8,7 +8,7 @@ target's build out of the export folder, the emulated run, verify-device) and pr
 row per run: verdict, images identical, the accuracy the device printed and the
 evaluator's, and how long export + build + run took here (the first row of a target
 includes its cold build). Artifacts are converted once into the build cache (the tests'
-conversions, tests/deploy).
+conversions: forge_tflm.deploy.targets).
 
     python benchmarks/run_firmware_targets.py --targets=esp32s3-idf \\
         --output=benchmarks/results/esp32s3_idf.txt
@@ -41,27 +41,24 @@ from benchmarks._report import command_line, dated, emit  # noqa: E402
 def artifacts() -> dict[str, str]:
   import subprocess
 
-  from forge_tflm.deploy import toolchains
-  from tests.conftest import SHARED_MLPERF_IC
-  from tests.deploy import test_cortexm as cm
-  from tests.deploy import test_esp32s3_idf as idf
+  from forge_tflm.deploy import targets, toolchains
 
-  r20 = idf.r20_artifacts()
+  r20 = targets.r20_artifacts()
   r8 = os.path.join(toolchains.build_cache(), "bench_artifacts", "r8_forge.tflite")
+  r8_model = os.path.join(targets.MLPERF_IC_DIR, "pretrainedResnet_quant.tflite")
   if not os.path.exists(r8):  # as tests/deploy/test_mlperf_parity.py converts it
-    subprocess.run([sys.executable, "-m", "forge_tflm.cli.main", "convert",
-                    f"--model={os.path.join(SHARED_MLPERF_IC, 'pretrainedResnet_quant.tflite')}",
-                    f"--data_dir={cm.DATA_DIR}", f"--output={r8}", "--input_range=0,255",
+    subprocess.run([sys.executable, "-m", "forge_tflm.cli.main", "convert", f"--model={r8_model}",
+                    f"--data_dir={targets.DATA_DIR}", f"--output={r8}", "--input_range=0,255",
                     "--calibration_size=200"], check=True, capture_output=True)
   mbv2 = os.path.join(toolchains.build_cache(), "bench_artifacts", "mbv2_forge.tflite")
   if not os.path.exists(mbv2):  # as tests/deploy/test_host_parity_mobilenet.py does
     subprocess.run([sys.executable, "-m", "forge_tflm.cli.main", "convert",
                     f"--model={os.path.join(REPO_ROOT, 'models', 'mobilenet_v2_0.5_cifar10.keras')}",
-                    f"--data_dir={cm.DATA_DIR}", f"--output={mbv2}"], check=True,
+                    f"--data_dir={targets.DATA_DIR}", f"--output={mbv2}"], check=True,
                    capture_output=True)
   return {"ResNet-20, 21 sites": r20["forge_all"], "ResNet-20, 3 sites": r20["forge_3"],
           "ResNet-20 plain (no site)": r20["plain"], "MLPerf ResNet-8, 9 sites": r8,
-          "MobileNetV2-0.5, 52 sites, arena in PSRAM": mbv2, "_data": cm.DATA_DIR}
+          "MobileNetV2-0.5, 52 sites, arena in PSRAM": mbv2, "_data": targets.DATA_DIR}
 
 
 def cost(arts: dict, data: str, images: int, argv) -> list[str]:

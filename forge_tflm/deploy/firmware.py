@@ -1,7 +1,8 @@
 """Build an export into a firmware, run it under an emulator and verify its log.
 
 `forge_tflm run-firmware` is export -> build -> run -> verify-device in one call; the
-tests and benchmarks call the same functions. Builds happen out of the export folder:
+tests and benchmarks call the same functions. The Make builds and bare-metal emulator
+command lines are forge_tflm.deploy.targets'. Builds happen out of the export folder:
 objects live in this checkout's build cache (toolchains.build_cache()), the export
 folder only holds export-firmware's files, and the run's log and flash image go to the
 run folder the caller names.
@@ -32,13 +33,14 @@ import shutil
 import subprocess
 import time
 
-from forge_tflm.deploy import toolchains
+from forge_tflm.deploy import targets, toolchains
+# build_dir and host_tflm_library stay importable from here (run-firmware's folders).
+from forge_tflm.deploy.targets import (APP_DIR, BuildFailed, build_dir,  # noqa: F401
+                                       host_tflm_library, run_build)
 from forge_tflm.deploy.toolchains import ToolMissing
 
-APP_DIR = os.path.join(toolchains.REPO_ROOT, "esp32s3_app")
-# target -> the Cortex-M Makefile's BOARD and QEMU machine.
-CORTEXM = {"cortex-m4f": ("an386", "mps2-an386"), "cortex-m55": ("an547", "mps3-an547"),
-           "cortex-m3": ("an385", "mps2-an385")}
+# target -> the Cortex-M board (targets.BOARDS: its QEMU machine).
+CORTEXM = {"cortex-m4f": "an386", "cortex-m55": "an547", "cortex-m3": "an385"}
 TARGETS = ("host", *CORTEXM, "esp32s3", "esp32s3-idf")
 FLASH_SIZE = "4MB"  # partitions.csv fits the smallest common S3 module
 # Quad PSRAM as on ESP32-S3 N8R2 modules (the emulator's only PSRAM mode): the app puts
@@ -47,10 +49,6 @@ ESP32S3_PSRAM = "2M"
 # The app's last record; a panic makes IDF reboot, which would loop forever.
 _END = re.compile(r"^done ")
 _CRASH = ("Guru Meditation Error", "Rebooting...", "abort() was called")
-
-
-class BuildFailed(OSError):
-  """A build step failed: the message ends with the tool's last output lines."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,22 +62,6 @@ class DeviceRun:
 def _say(progress, text: str) -> None:
   if progress:
     progress(text)
-
-
-def _run_build(cmd: list[str], env: dict, what: str, progress) -> None:
-  """Runs a build command, reporting ninja's [k/n] steps; BuildFailed with its tail."""
-  proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, cwd=APP_DIR)
-  tail: list[str] = []
-  last = 0.0
-  for line in proc.stdout:
-    tail = (tail + [line.rstrip()])[-40:]
-    m = re.match(r"\[(\d+)/(\d+)\]", line)
-    if m and progress and time.monotonic() - last > 10:
-      last = time.monotonic()
-      progress(f"{what}: step {m.group(1)}/{m.group(2)}")
-  if proc.wait() != 0:
-    raise BuildFailed(f"{what} failed (exit {proc.returncode}):\n" + "\n".join(tail))
 
 
 def _local_components() -> str:
@@ -127,7 +109,7 @@ def build_esp32s3_idf(export_dir: str, flash_out: str, progress=None,
       f.write("\n".join(config) + "\n")
   with toolchains.locked(build + ".lock"):
     _say(progress, f"idf.py build in {build}")
-    _run_build(idf.idf_py() + [
+    run_build(idf.idf_py() + [
         "-B", build, "-DIDF_TARGET=esp32s3", f"-DSDKCONFIG={build}/sdkconfig",
         f"-DSDKCONFIG_DEFAULTS={';'.join(defaults)}",
         f"-DFORGE_APP_GENERATED={os.path.abspath(export_dir)}",
@@ -213,21 +195,8 @@ def _lines_until(proc, deadline: float):
 
 # ------------------------------------------------ host and bare-metal targets
 
-def _make(subdir: str, build: str, args: list[str], goals: list[str], progress) -> None:
-  """make -C esp32s3_app/<subdir> -j2 (nice) into `build` (the caller holds its lock)."""
-  _say(progress, f"make -C esp32s3_app/{subdir} {' '.join(goals)} (objects in {build})")
-  _run_build(["nice", "make", "-C", os.path.join(APP_DIR, subdir), "-j2", *goals,
-              f"BUILD_DIR={build}", *args], None, f"make -C esp32s3_app/{subdir}", progress)
-
-
-def _builtin_ops(expected: dict) -> str:
-  return " ".join(sorted(set(expected["ops"]) - {"FORGE_RECALIB"}))
-
-
-def build_dir(kind: str) -> str:
-  """A target's build folder (host, host-esp_nn, cortexm-<board>, esp32s3): every
-  model's, as the Makefiles keep what depends on the operator set apart."""
-  return os.path.join(toolchains.build_cache(), kind)
+def _builtin_ops(expected: dict) -> list[str]:
+  return sorted(set(expected["ops"]) - {"FORGE_RECALIB"})
 
 
 def _mode_flags(expected: dict) -> list[str]:
@@ -236,69 +205,32 @@ def _mode_flags(expected: dict) -> list[str]:
   return [trace] + {"adapt": [], "frozen": ["--frozen"], "gated": ["--gate"]}[expected["mode"]]
 
 
-def _tflm_args() -> list[str]:
-  esp = toolchains.snapshot("esp-tflite-micro")
-  return [f"TFLM_DIR={toolchains.snapshot('tflite-micro')}",
-          f"THIRD_PARTY={os.path.join(esp, 'third_party')}"]
-
-
-def host_tflm_library(ops: str = "ADD CONV_2D FULLY_CONNECTED MEAN", progress=None) -> str:
-  """The host target's TFLM archive (framework and `ops`' reference kernels, from the
-  TFLM snapshot) in its build folder, built if needed; returns its path."""
-  build = build_dir("host")
-  archive = os.path.join(build, "ops", "+".join(sorted(ops.split())), "libtflm_subset.a")
-  with toolchains.locked(build + ".lock"):
-    _make("host", build, ["KERNELS=reference", *_tflm_args(), f"OPS={ops}"], [archive],
-          progress)
-  return archive
-
-
 def _build_host(export_dir: str, run_dir: str, expected: dict, progress) -> list[str]:
-  ops = _builtin_ops(expected)
-  build = build_dir("host")
   binary = os.path.join(os.path.abspath(run_dir), "forge_app_embedded")
-  with toolchains.locked(build + ".lock"):
-    _make("host", build, ["KERNELS=reference", *_tflm_args(), f"OPS={ops}"],
-          ["embedded", f"GEN_DIR={os.path.abspath(export_dir)}", f"EMBEDDED_BIN={binary}"],
-          progress)
+  targets.build_host("reference", _builtin_ops(expected), os.path.abspath(export_dir), binary,
+                     progress)
   return [binary, *_mode_flags(expected)]
 
 
 def _build_cortexm(target: str, export_dir: str, run_dir: str, expected: dict,
                    progress) -> list[str]:
-  board, machine = CORTEXM[target]
-  ops = _builtin_ops(expected)
-  build = build_dir(f"cortexm-{board}")
-  elf = os.path.join(os.path.abspath(run_dir), f"forge_app_{board}.elf")
-  args = [f"BOARD={board}", *_tflm_args(), f"CMSIS_NN_DIR={toolchains.snapshot('CMSIS-NN')}",
-          f"CMSIS_DIR={toolchains.snapshot('CMSIS_6')}", f"OPS={ops}"]
-  with toolchains.locked(build + ".lock"):
-    _make("cortexm", build, args, ["all", f"GEN_DIR={os.path.abspath(export_dir)}",
-                                   f"ELF={elf}"], progress)
-  log = os.path.join(run_dir, "semihosting.out")
-  return ["qemu-system-arm", "-M", machine, "-display", "none", "-serial", "null",
-          "-monitor", "none", "-chardev", f"file,id=semihosting,path={log}",
-          "-semihosting-config", "enable=on,target=native,chardev=semihosting",
-          "-icount", "shift=0", "-kernel", elf, "-append", " ".join(_mode_flags(expected))]
+  board = CORTEXM[target]
+  elf = targets.build_cortexm_elf(
+      board, os.path.abspath(export_dir),
+      os.path.join(os.path.abspath(run_dir), f"forge_app_{board}.elf"),
+      ops=_builtin_ops(expected), progress=progress)
+  return targets.cortexm_qemu_command(board, elf, os.path.join(run_dir, "semihosting.out"),
+                                      " ".join(_mode_flags(expected)))
 
 
 def _build_esp32s3(export_dir: str, run_dir: str, expected: dict, progress) -> list[str]:
-  prefix, qemu = toolchains.esp32s3_tools()
-  ops = _builtin_ops(expected)
-  build = build_dir("esp32s3")
   elf = os.path.join(os.path.abspath(run_dir), "forge_app_esp32s3.elf")
-  args = [f"PREFIX={prefix}", f"TFLM_DIR={toolchains.snapshot('esp-tflite-micro')}",
-          f"ESP_NN_DIR={toolchains.snapshot('esp-nn')}", f"OPS={ops}"]
-  with toolchains.locked(build + ".lock"):
-    _make("esp32s3", build, args, ["all", "park", f"GEN_DIR={os.path.abspath(export_dir)}",
-                                   f"ELF={elf}"], progress)
-    park = os.path.join(run_dir, "cpu1_park.bin")
-    shutil.copy2(os.path.join(build, "cpu1_park.bin"), park)
-  return [os.path.join(qemu, "bin", "qemu-system-xtensa"), "-machine", "esp32s3", "-m", "2M",
-          "-L", os.path.join(qemu, "share"), "-nographic", "-semihosting",
-          "-drive", f"file={elf[:-4]}.flash.bin,if=mtd,format=raw,readonly=on",
-          "-device", f"loader,file={park},addr=0x40000400,cpu-num=1,force-raw=on",
-          "-kernel", elf, "-append", " ".join(_mode_flags(expected))]
+  targets.build_esp32s3_elf(os.path.abspath(export_dir), elf, ops=_builtin_ops(expected),
+                            progress=progress)
+  # The run folder keeps what the emulator loads.
+  park = os.path.join(run_dir, "cpu1_park.bin")
+  shutil.copy2(targets.park_bin(), park)
+  return targets.esp32s3_qemu_command(elf, None, " ".join(_mode_flags(expected)), park=park)
 
 
 def _run_command(target: str, cmd: list[str], run_dir: str, timeout: float, progress,

@@ -25,9 +25,9 @@ import subprocess
 
 import pytest
 
+from forge_tflm.deploy.targets import run_console
 from tests import third_party
 from tests.conftest import REPO_ROOT
-from tests.qemu import run_console
 
 TEST_DIR = os.path.join(REPO_ROOT, "custom_ops", "forge_recalib", "test", "cortexm")
 BOARDS = {"an386": ("mps2-an386", ["cortexm"]), "an547": ("mps3-an547", ["cortexm", "mve"])}

@@ -26,10 +26,10 @@ import subprocess
 
 import pytest
 
+from forge_tflm.deploy.targets import run_console
 from tests import third_party
 from tests.conftest import REPO_ROOT
 from tests.custom_ops.test_cortexm_variants import CASES
-from tests.qemu import run_console
 
 TEST_DIR = os.path.join(REPO_ROOT, "custom_ops", "forge_recalib", "test", "esp32s3")
 SHAPES = ("32x32x16", "16x16x32", "8x8x64")

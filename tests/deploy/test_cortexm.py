@@ -1,8 +1,9 @@
 """The application core on Cortex-M (qemu-system-arm) matches the host evaluator.
 
 Builds esp32s3_app/cortexm with arm-none-eabi-gcc against the third-party snapshots
-(tests/third_party.py): TFLite-Micro 90b983c with its kernels/cmsis_nn/ adapters over
-CMSIS-NN 4ab83cc (CMSIS_6 core headers) plus the FORGE op, for three boards:
+(forge_tflm.deploy.targets builds and runs it): TFLite-Micro 90b983c with its
+kernels/cmsis_nn/ adapters over CMSIS-NN 4ab83cc (CMSIS_6 core headers) plus the FORGE
+op, for three boards:
 
   an386  qemu mps2-an386, Cortex-M4F (-mcpu=cortex-m4 -mfpu=fpv4-sp-d16
          -mfloat-abi=hard): CMSIS-NN's DSP path
@@ -36,7 +37,7 @@ sizes; benchmarks/bench_mcu_cost.py reports the counts.
 
 Skips (with the reason) without arm-none-eabi-gcc + newlib, qemu-system-arm, the
 third-party snapshots or the dataset. Objects live in run-firmware's build folder
-(forge_tflm.deploy.firmware.build_dir("cortexm-<board>")). The Cortex-M55's and
+(forge_tflm.deploy.targets.build_dir("cortexm-<board>")). The Cortex-M55's and
 Cortex-M3's tests (parity, cost, export-firmware, the M3's FORGE_ARITH=int link check)
 carry the slow mark: each board's build alone is 72-97 s on 2 cores, cold.
 """
@@ -45,39 +46,29 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import hashlib
-import json
 import os
 import re
 import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 
 from forge_tflm.artifact import Artifact
-from forge_tflm.deploy.toolchains import locked as _locked
-from tests import third_party
-from tests.conftest import REPO_ROOT, SHARED_DATASETS
+from forge_tflm.deploy import firmware
+from forge_tflm.deploy.targets import (BOARDS, DATA_DIR, FPU_LESS, MODEL,  # noqa: F401
+                                       STREAM_LIMIT, artifact_paths, build_dir, forge_arith,
+                                       gen_dir_for, plain_resnet20, run_console)
+from forge_tflm.deploy.targets import build_cortexm_elf as build_elf
+from forge_tflm.deploy.targets import cortexm_make_args
+from forge_tflm.deploy.targets import cortexm_qemu_command as qemu_command
+from forge_tflm.deploy.targets import make_cortexm as make
+from forge_tflm.deploy.targets import run_cortexm as run_qemu
+from forge_tflm.deploy.toolchains import ToolMissing
 from tests.deploy.parity import check_parity
-from tests.deploy.test_host_parity import _converter_hash  # One conversion for both tests.
-from tests.qemu import run_console
 
-CORTEXM_DIR = os.path.join(REPO_ROOT, "esp32s3_app", "cortexm")
-MODEL = os.path.join(REPO_ROOT, "models", "resnet20_cifar10.keras")
-DATA_DIR = os.path.join(SHARED_DATASETS, "cifar10")
-# board -> (qemu machine, CPU, SysTick instructions per tick x1000 under -icount shift=0)
-BOARDS = {"an386": ("mps2-an386", "Cortex-M4F", 40000),
-          "an547": ("mps3-an547", "Cortex-M55", 31250),
-          "an385": ("mps2-an385", "Cortex-M3", 40000)}
 # forge_int: 21 sites with the integer arithmetic (convert --arithmetic=int).
 ARTIFACTS = ("forge_all", "forge_3", "plain", "forge_int")
-# Boards without an FPU run the integer artifact on FORGE built for it alone
-# (FORGE_ARITH=int: no float operation linked from FORGE); the float artifacts
-# there run the float op in soft-float.
-FPU_LESS = {"an385"}
-STREAM_LIMIT = 200  # the evaluator's subset; tests take its first n images
 # Images compared per artifact: all 200 on the Cortex-M4F and the Cortex-M3; 20 on the
 # Cortex-M55, whose QEMU runs take ~0.75 s per image (the M55's 200 also matched,
 # session 9: 200/200 on every artifact; run them with FORGE_TFLM_CORTEXM_IMAGES=200).
@@ -92,7 +83,9 @@ TIMINGS: dict[str, float] = {}
 
 # ------------------------------------------------------------ tools, helpers
 
-missing_tools = third_party.missing_arm_tools
+def missing_tools() -> str | None:
+  """Why the boards cannot be built or run here (tool chain, emulator, snapshots)."""
+  return firmware.missing_tools("cortex-m4f")
 
 
 @contextlib.contextmanager
@@ -102,136 +95,13 @@ def _timed(key):
   TIMINGS[key] = round(TIMINGS.get(key, 0.0) + time.time() - t0, 1)
 
 
-def forge_arith(board: str, name: str) -> str:
-  """The Makefile's FORGE_ARITH for an artifact on a board (see FPU_LESS)."""
-  return "int" if board in FPU_LESS and name == "forge_int" else "any"
-
-
 def _make_args(board: str) -> list[str]:
-  from forge_tflm.deploy import firmware
-
-  tp = third_party
-  return [f"BOARD={board}", f"BUILD_DIR={firmware.build_dir(f'cortexm-{board}')}",
-          f"TFLM_DIR={tp.snapshot('tflite-micro')}",
-          f"THIRD_PARTY={os.path.join(tp.snapshot('esp-tflite-micro'), 'third_party')}",
-          f"CMSIS_NN_DIR={tp.snapshot('CMSIS-NN')}",
-          f"CMSIS_DIR={tp.snapshot('CMSIS_6')}"]
-
-
-def make(board: str, goals: list[str], jobs: int = 2, ops: list[str] | None = None,
-         arith: str = "any") -> None:
-  """Runs esp32s3_app/cortexm's Makefile (nice, -j2) in run-firmware's build folder for
-  the board (one per board, shared by every op set) under its lock; ops: the OPS to
-  compile (default: the Makefile's ResNet-20 set); arith: FORGE_ARITH (any, or int:
-  FORGE for the integer arithmetic alone)."""
-  from forge_tflm.deploy import firmware
-
-  args = _make_args(board) + (["OPS=" + " ".join(ops)] if ops else [])
-  args.append(f"FORGE_ARITH={arith}")
-  with _locked(firmware.build_dir(f"cortexm-{board}") + ".lock"):
-    r = subprocess.run(["nice", "make", "-C", CORTEXM_DIR, f"-j{jobs}"] + goals + args,
-                       capture_output=True, text=True)
-  if r.returncode != 0:
-    raise RuntimeError(f"make {' '.join(goals)} BOARD={board} failed:\n"
-                       f"{r.stdout[-3000:]}{r.stderr[-6000:]}")
-
-
-def build_elf(board: str, gen_dir: str, **build) -> str:
-  """Links the ELF of `board` with the C arrays in gen_dir (objects from the cache);
-  build: make's ops and arith."""
-  suffix = "_int" if build.get("arith", "any") == "int" else ""
-  elf = os.path.join(gen_dir, f"forge_app_{board}{suffix}.elf")
-  make(board, ["all", f"GEN_DIR={gen_dir}", f"ELF={elf}"], **build)
-  return elf
-
-
-def qemu_command(board: str, elf: str, out_file: str, args: str = "") -> list[str]:
-  """qemu-system-arm for `board` with -icount shift=0; the target's semihosting output
-  goes to out_file (a file chardev: nothing of QEMU's own is mixed in)."""
-  cmd = ["qemu-system-arm", "-M", BOARDS[board][0], "-display", "none", "-serial", "null",
-         "-monitor", "none", "-chardev", f"file,id=semihosting,path={out_file}",
-         "-semihosting-config", "enable=on,target=native,chardev=semihosting",
-         "-icount", "shift=0", "-kernel", elf]
-  return cmd + (["-append", args] if args else [])
-
-
-def run_qemu(board: str, elf: str, args: str = "", timeout: float = 1800) -> tuple[str, dict]:
-  """Runs `elf` on the board's machine; returns (its output lines, the calibration
-  fields of the target's "cortexm" line)."""
-  r, text = run_console(lambda out: qemu_command(board, elf, out, args), elf, timeout)
-  if r.returncode != 0:
-    raise RuntimeError(f"{' '.join(r.args)}: exit {r.returncode}\n{text[-3000:]}"
-                       f"{r.stdout[-2000:]}{r.stderr[-2000:]}")
-  calib = {}
-  m = re.search(r"^cortexm (.*)$", text, re.M)
-  if m:
-    calib = dict(f.split("=", 1) for f in m.group(1).split())
-  return text, calib
-
-
-def _artifact_root() -> str:
-  return os.path.join(third_party.build_cache(), "deploy_artifacts", _converter_hash())
-
-
-def _convert_r20(args: list[str]) -> None:
-  cmd = [sys.executable, "-m", "forge_tflm.cli.main", "convert", f"--model={MODEL}",
-         f"--data_dir={DATA_DIR}"] + args
-  r = subprocess.run(["nice"] + cmd, capture_output=True, text=True, cwd=REPO_ROOT)
-  if r.returncode != 0:
-    raise RuntimeError(f"{' '.join(cmd)}\n{r.stderr[-4000:]}")
-
-
-def _convert_first(root: str) -> None:
-  """The 21-site artifact and the plain int8 model (one conversion); the caller holds
-  the folder's lock."""
-  os.makedirs(root, exist_ok=True)
-  forge_all = os.path.join(root, "r20_forge_all.tflite")
-  plain = os.path.join(root, "r20_int8.tflite")
-  if not (os.path.exists(forge_all) and os.path.exists(plain)):
-    _convert_r20([f"--output={forge_all}", f"--plain_output={plain}"])
-
-
-def plain_resnet20() -> str:
-  """The bundled ResNet-20's plain int8 model (artifact_paths()["plain"]), converted
-  once for every test that uses it."""
-  root = _artifact_root()
-  with _locked(root + ".lock"):
-    _convert_first(root)
-  return os.path.join(root, "r20_int8.tflite")
-
-
-def artifact_paths() -> dict[str, str]:
-  """name -> .tflite: the bundled ResNet-20 converted as tests/deploy/test_host_parity.py
-  does it (same cache folder, key and lock, so both tests convert once)."""
-  root = _artifact_root()
-  paths = {"forge_all": os.path.join(root, "r20_forge_all.tflite"),
-           "plain": os.path.join(root, "r20_int8.tflite"),
-           "forge_3": os.path.join(root, "r20_forge_3.tflite"),
-           "forge_int": os.path.join(root, "r20_forge_int.tflite")}
-  convert = _convert_r20
-  with _locked(root + ".lock"):
-    _convert_first(root)
-    if not os.path.exists(paths["forge_3"]):
-      with open(os.path.splitext(paths["forge_all"])[0] + ".json") as f:
-        sites = [s["name"] for s in json.load(f)["sites"]]
-      three = [sites[0], sites[len(sites) // 2], sites[-1]]
-      convert([f"--output={paths['forge_3']}", f"--sites={','.join(three)}"])
-    if not os.path.exists(paths["forge_int"]):
-      convert([f"--output={paths['forge_int']}", "--arithmetic=int"])
-  return paths
-
-
-def gen_dir_for(artifact: str, x: np.ndarray, tag: str) -> str:
-  """Writes the model + images C arrays once into the build cache (keyed by content)."""
-  from forge_tflm import deploy
-
-  with open(artifact, "rb") as f:
-    key = hashlib.sha256(f.read() + np.ascontiguousarray(x).tobytes()).hexdigest()[:16]
-  out = os.path.join(third_party.build_cache(), "cortexm", "gen", f"{tag}_{len(x)}_{key}")
-  with _locked(out + ".lock"):
-    if not os.path.exists(os.path.join(out, "forge_app_data.cc")):
-      deploy.write_c_arrays(out, artifact, x)
-  return out
+  """The board's Make arguments with its build folder (test_esp32s3_project reads what
+  they compile)."""
+  try:
+    return [f"BUILD_DIR={build_dir(f'cortexm-{board}')}"] + cortexm_make_args(board)
+  except ToolMissing as e:  # a snapshot
+    pytest.skip(str(e))
 
 
 # ------------------------------------------------------------------ fixtures

@@ -23,12 +23,11 @@ cmake/ninja, the ESP-IDF tarball, the tool chain or emulator, the snapshots or C
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 
-from forge_tflm.deploy import firmware, toolchains
+from forge_tflm.deploy import firmware
+from forge_tflm.deploy.targets import r20_artifacts
 from tests.deploy import test_cortexm as cm
 from tests.deploy.test_mlperf_parity import artifact  # noqa: F401 (MLPerf ResNet-8 fixture)
 
@@ -43,20 +42,6 @@ def tools():
     pytest.skip(why)
   if not os.path.isdir(cm.DATA_DIR):
     pytest.skip(f"needs CIFAR-10 at {cm.DATA_DIR}")
-
-
-def r20_artifacts() -> dict[str, str]:
-  """test_cortexm's artifacts, and the plain model with a manifest (convert --sites=none:
-  the int8 model byte for byte; export-firmware needs the manifest)."""
-  paths = cm.artifact_paths()
-  plain = os.path.join(os.path.dirname(paths["forge_all"]), "r20_sites_none.tflite")
-  with toolchains.locked(plain + ".lock"):
-    if not os.path.exists(plain):
-      cmd = [sys.executable, "-m", "forge_tflm.cli.main", "convert", f"--model={cm.MODEL}",
-             f"--data_dir={cm.DATA_DIR}", f"--output={plain}", "--sites=none"]
-      r = subprocess.run(["nice"] + cmd, capture_output=True, text=True)
-      assert r.returncode == 0, r.stderr[-3000:]
-  return {**paths, "plain": plain}
 
 
 @pytest.fixture(scope="module")

@@ -3,11 +3,12 @@ matches the host evaluator, with ESP-NN's _esp32s3 (PIE SIMD) kernels.
 
 Builds esp32s3_app/esp32s3 with the xtensa-esp32s3-elf toolchain and runs it on the
 esp32s3 QEMU machine, both from ../shared/toolchains (extracted into the build cache by
-tests/third_party.esp32s3_tools), against esp-tflite-micro 99f49e1 (its kernels/esp_nn/
-adapters) and ESP-NN d45b843 built as ESP-IDF builds it for the S3 (CONFIG_NN_OPTIMIZED,
--mlongcalls, -ffp-contract=off). Code and data sit in the chip's 512 KB of internal
-SRAM, the model and the images in flash behind the cache (a 2-16 MB image passed to
-QEMU as an MTD drive; esp32s3_app/esp32s3/README.md).
+forge_tflm.deploy.toolchains; built and run by forge_tflm.deploy.targets), against
+esp-tflite-micro 99f49e1 (its kernels/esp_nn/ adapters) and ESP-NN d45b843 built as
+ESP-IDF builds it for the S3 (CONFIG_NN_OPTIMIZED, -mlongcalls, -ffp-contract=off). Code
+and data sit in the chip's 512 KB of internal SRAM, the model and the images in flash
+behind the cache (a 2-16 MB image passed to QEMU as an MTD drive;
+esp32s3_app/esp32s3/README.md).
 
 Same rule and helpers as tests/deploy/test_cortexm.py (the ResNet-20 artifacts, the
 gaussian_noise-5 stream, tests/deploy/parity.check_parity): every op's output, every
@@ -23,27 +24,28 @@ not multiples of 8 (espressif/esp-nn issue 34; docs/decisions/esp-nn-fc-guard.md
 
 Skips (with the reason) without the toolchain/QEMU tarballs or QEMU's runtime
 libraries, the third-party snapshots or the dataset. Objects live in the build cache
-(run-firmware's folder, forge_tflm.deploy.firmware.build_dir("esp32s3")).
+(run-firmware's folder, forge_tflm.deploy.targets.build_dir("esp32s3")).
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import re
-import subprocess
 import time
 
 import numpy as np
 import pytest
 
-from tests import third_party
-from tests.conftest import REPO_ROOT
+from forge_tflm.deploy import firmware
+from forge_tflm.deploy.targets import ESP32S3_OPS as OPS  # noqa: F401 (test_esp32s3_mlperf)
+from forge_tflm.deploy.targets import build_esp32s3_elf as build_elf
+from forge_tflm.deploy.targets import build_dir
+from forge_tflm.deploy.targets import esp32s3_qemu_command as qemu_command  # noqa: F401 (variants)
+from forge_tflm.deploy.targets import make_esp32s3 as make
+from forge_tflm.deploy.targets import run_esp32s3 as run_qemu
 from tests.deploy import test_cortexm as cm
 from tests.deploy.parity import check_parity
-from tests.qemu import run_console
 
-ESP32S3_DIR = os.path.join(REPO_ROOT, "esp32s3_app", "esp32s3")
 ARTIFACTS = cm.ARTIFACTS
 _ENV_IMAGES = os.environ.get("FORGE_TFLM_ESP32S3_IMAGES")
 N_IMAGES = int(_ENV_IMAGES) if _ENV_IMAGES else cm.STREAM_LIMIT
@@ -54,82 +56,14 @@ GATED_IMAGES = int(_ENV_IMAGES) if _ENV_IMAGES else 96
 IMAGES = {"forge_all": N_IMAGES, "forge_int": N_IMAGES, "forge_3": SHORT_IMAGES,
           "plain": SHORT_IMAGES}
 TIMINGS: dict[str, float] = {}
-# ResNet-20's operators and MLPerf Tiny ResNet-8's (test_esp32s3_mlperf.py): one
-# library for both models (the op set is part of the build's flags).
-OPS = ("ADD", "AVERAGE_POOL_2D", "CONV_2D", "FULLY_CONNECTED", "MEAN", "RESHAPE", "SOFTMAX")
 
 
 # ------------------------------------------------------------ tools, helpers
 
-def _tools() -> tuple[str, str]:
-  prefix, qemu = third_party.esp32s3_tools()
-  if prefix is None:
-    pytest.skip(qemu)
-  return prefix, qemu
-
-
-def make(goals: list[str], ops: tuple[str, ...] = OPS, variant: str = "ansi") -> None:
-  """Runs esp32s3_app/esp32s3's Makefile (nice, -j2) in run-firmware's build folder
-  (shared by every op set) under its lock."""
-  from forge_tflm.deploy import firmware
-
-  prefix, _ = _tools()
-  tp = third_party
-  build = firmware.build_dir("esp32s3")
-  args = [f"PREFIX={prefix}", f"BUILD_DIR={build}", f"FORGE_VARIANT={variant}",
-          f"TFLM_DIR={tp.snapshot('esp-tflite-micro')}", f"ESP_NN_DIR={tp.snapshot('esp-nn')}"]
-  args += ["OPS=" + " ".join(ops)] if ops else []
-  with cm._locked(build + ".lock"):
-    r = subprocess.run(["nice", "make", "-C", ESP32S3_DIR, "-j2"] + goals + args,
-                       capture_output=True, text=True)
-  if r.returncode != 0:
-    raise RuntimeError(f"make {' '.join(goals)} failed:\n{r.stdout[-3000:]}{r.stderr[-6000:]}")
-
-
-def build_elf(gen_dir: str, **build) -> str:
-  """Links the ELF (and its flash image, <elf>.flash.bin) with gen_dir's C arrays."""
-  suffix = "" if build.get("variant", "ansi") == "ansi" else "_" + build["variant"]
-  elf = os.path.join(gen_dir, f"forge_app_esp32s3{suffix}.elf")
-  make(["all", f"GEN_DIR={gen_dir}", f"ELF={elf}"], **build)
-  return elf
-
-
-@functools.cache
-def park_bin() -> str:
-  """The second core's parking code (esp32s3_app/esp32s3/cpu1_park.S), as the
-  Makefile's `park` goal builds it into the build folder."""
-  from forge_tflm.deploy import firmware
-
-  make(["park"])
-  return os.path.join(firmware.build_dir("esp32s3"), "cpu1_park.bin")
-
-
-def qemu_command(elf: str, out_file: str, args: str = "", icount: bool = False,
-                 flash: str | None = None) -> list[str]:
-  """qemu-system-xtensa on the esp32s3 machine: UART0 to out_file, the flash image as
-  an MTD drive, semihosting for -append and the exit status, the second core parked
-  (cpu1_park.S: otherwise it spins and, under -icount, advances CCOUNT's clock)."""
-  _, qemu = _tools()
-  flash = flash or elf[:-len(".elf")] + ".flash.bin"
-  cmd = [os.path.join(qemu, "bin", "qemu-system-xtensa"), "-machine", "esp32s3", "-m", "2M",
-         "-L", os.path.join(qemu, "share"), "-display", "none", "-monitor", "none",
-         "-serial", f"file:{out_file}", "-semihosting",
-         "-drive", f"file={flash},if=mtd,format=raw,readonly=on",
-         "-device", f"loader,file={park_bin()},addr=0x40000400,cpu-num=1,force-raw=on",
-         "-kernel", elf]
-  cmd += ["-icount", "shift=0"] if icount else []
-  return cmd + (["-append", args] if args else [])
-
-
-def run_qemu(elf: str, args: str = "", icount: bool = False, timeout: float = 1800,
-             flash: str | None = None) -> tuple[str, dict]:
-  """Runs `elf`; returns (its UART output, the fields of its "esp32s3" line)."""
-  r, text = run_console(lambda out: qemu_command(elf, out, args, icount, flash), elf, timeout)
-  if r.returncode != 0:
-    raise RuntimeError(f"{' '.join(r.args)}: exit {r.returncode}\n{text[-3000:]}{r.stderr[-2000:]}")
-  m = re.search(r"^esp32s3 (.*)$", text, re.M)
-  calib = dict(f.split("=", 1) for f in m.group(1).split()) if m else {}
-  return text, calib
+def _tools() -> None:
+  why = firmware.missing_tools("esp32s3")  # tool chain, emulator, snapshots
+  if why:
+    pytest.skip(why)
 
 
 # ------------------------------------------------------------------ fixtures
@@ -314,9 +248,7 @@ def test_esp_nn_s3_fully_connected_widths(tools):
   matters (espressif/esp-nn issue 34 does not reproduce here). With a misaligned input
   the s16 path differs at every width (README: emulator or kernel, not decidable here)."""
   make(["fc-check"])
-  from forge_tflm.deploy import firmware
-
-  elf = os.path.join(firmware.build_dir("esp32s3"), "fc_width_check.elf")
+  elf = os.path.join(build_dir("esp32s3"), "fc_width_check.elf")
   text, _ = run_qemu(elf)
   cases = _fc_cases(text)
   assert all(c["canary"] == "ok" for c in cases)

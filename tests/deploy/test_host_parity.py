@@ -1,6 +1,6 @@
 """The application core (esp32s3_app/core) on x86 matches the host evaluator.
 
-Builds esp32s3_app/host twice from the third-party snapshots (tests/third_party.py):
+Builds esp32s3_app/host twice from the third-party snapshots (forge_tflm.deploy.targets):
 `reference` (TFLite-Micro 90b983c's reference kernels) and `esp_nn` (esp-tflite-micro's
 kernels/esp_nn/ adapters over ESP-NN's plain-C _ansi kernels: what an ESP32-S3 runs
 minus its assembly). Converts the bundled ResNet-20 three ways (FORGE at all 21
@@ -29,27 +29,21 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import glob
-import hashlib
-import json
 import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 
-from forge_tflm.deploy.toolchains import locked as _locked
-from tests import third_party
+from forge_tflm.deploy.targets import (DATA_DIR, HOST_OPS, MODEL, artifact_paths,
+                                       build_host, convert)
+from forge_tflm.deploy.targets import converter_hash as _converter_hash  # noqa: F401
+from forge_tflm.deploy.toolchains import ToolMissing
+from forge_tflm.deploy.toolchains import locked as _locked  # noqa: F401
 from tests.deploy.parity import check_parity
-from tests.conftest import REPO_ROOT, SHARED_DATASETS
-
-HOST_DIR = os.path.join(REPO_ROOT, "esp32s3_app", "host")
-MODEL = os.path.join(REPO_ROOT, "models", "resnet20_cifar10.keras")
-DATA_DIR = os.path.join(SHARED_DATASETS, "cifar10")
 N_IMAGES = int(os.environ.get("FORGE_TFLM_DEPLOY_IMAGES", "200"))
 TARGETS = ("reference", "esp_nn")
 ARTIFACTS = ("forge_all", "forge_3", "plain")
@@ -69,27 +63,9 @@ def _timed(key):
 
 # ---------------------------------------------------------------- artifacts
 
-def _converter_hash(model: str = MODEL) -> str:
-  """Model bytes + converter sources (and the op's header, whose constants the manifest
-  states): a converter change reconverts."""
-  h = hashlib.sha256()
-  with open(model, "rb") as f:
-    h.update(f.read())
-  for path in sorted(glob.glob(os.path.join(REPO_ROOT, "converter", "*.py")) +
-                     glob.glob(os.path.join(REPO_ROOT, "custom_ops", "forge_recalib", "src",
-                                            "*.h")) +
-                     glob.glob(os.path.join(REPO_ROOT, "forge_tflm", "ops", "*.py")) +
-                     glob.glob(os.path.join(REPO_ROOT, "forge_tflm", "*.py"))):
-    with open(path, "rb") as f:
-      h.update(path.encode() + f.read())
-  return h.hexdigest()[:16]
-
-
 def _convert(out_dir: str, args: list[str], model: str = MODEL) -> None:
-  cmd = [sys.executable, "-m", "forge_tflm.cli.main", "convert", f"--model={model}",
-         f"--data_dir={DATA_DIR}"] + args
-  r = subprocess.run(["nice"] + cmd, capture_output=True, text=True, cwd=REPO_ROOT)
-  assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr[-4000:]}"
+  """`forge_tflm convert` of `model` with `args` (which name the outputs in out_dir)."""
+  convert(args, model, DATA_DIR)
 
 
 @pytest.fixture(scope="session")
@@ -97,20 +73,9 @@ def artifacts(tmp_path_factory) -> dict[str, str]:
   """name -> .tflite path, converted once per (model, converter sources, options)."""
   if not os.path.isdir(DATA_DIR):
     pytest.skip(f"needs CIFAR-10 at {DATA_DIR}")
-  root = os.path.join(third_party.build_cache(), "deploy_artifacts", _converter_hash())
-  paths = {"forge_all": os.path.join(root, "r20_forge_all.tflite"),
-           "plain": os.path.join(root, "r20_int8.tflite"),
-           "forge_3": os.path.join(root, "r20_forge_3.tflite")}
-  with _locked(root + ".lock"), _timed("convert"), _dataset_cache(tmp_path_factory):
-    os.makedirs(root, exist_ok=True)
-    if not (os.path.exists(paths["forge_all"]) and os.path.exists(paths["plain"])):
-      _convert(root, [f"--output={paths['forge_all']}", f"--plain_output={paths['plain']}"])
-    if not os.path.exists(paths["forge_3"]):
-      with open(os.path.splitext(paths["forge_all"])[0] + ".json") as f:
-        sites = [s["name"] for s in json.load(f)["sites"]]
-      three = [sites[0], sites[len(sites) // 2], sites[-1]]
-      _convert(root, [f"--output={paths['forge_3']}", f"--sites={','.join(three)}"])
-  return paths
+  with _timed("convert"), _dataset_cache(tmp_path_factory):
+    paths = artifact_paths()
+  return {name: paths[name] for name in ARTIFACTS}
 
 
 @contextlib.contextmanager
@@ -124,35 +89,13 @@ def _dataset_cache(tmp_path_factory):
 
 # ------------------------------------------------------------------ binaries
 
-RESNET20_OPS = ("CONV_2D", "ADD", "MEAN", "FULLY_CONNECTED")  # the Makefile's default
-
-
-def _make(kernels: str, ops=RESNET20_OPS, gen: str | None = None) -> str:
-  """Builds esp32s3_app/host in run-firmware's build folder for `kernels` (one per
-  kernels, shared by every op set and with run-firmware: the framework compiles once)
-  and returns the binary: forge_app_host, or with gen (an export folder) the embedded
-  binary, linked beside the export's data."""
-  from forge_tflm.deploy import firmware
-
-  build = firmware.build_dir("host" if kernels == "reference" else f"host-{kernels}")
-  tflm = third_party.snapshot("tflite-micro")
-  esp_tflm = third_party.snapshot("esp-tflite-micro")
-  args = [f"KERNELS={kernels}", f"BUILD_DIR={build}", "OPS=" + " ".join(sorted(ops)),
-          f"THIRD_PARTY={os.path.join(esp_tflm, 'third_party')}"]
-  if kernels == "reference":
-    args.append(f"TFLM_DIR={tflm}")
-  else:
-    args += [f"TFLM_DIR={esp_tflm}", f"ESP_NN_DIR={third_party.snapshot('esp-nn')}"]
-  out = os.path.join(build, "bin", f"forge_app_host_{'+'.join(sorted(ops))}")
-  goal = "all"
-  if gen is not None:
-    out, goal = os.path.join(str(gen), f"forge_app_embedded_{kernels}"), "embedded"
-  args += [f"GEN_DIR={gen}", f"EMBEDDED_BIN={out}"] if gen is not None else [f"BIN={out}"]
-  with _locked(build + ".lock"):
-    r = subprocess.run(["nice", "make", "-C", HOST_DIR, "-j2", goal] + args,
-                       capture_output=True, text=True)
-  assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-6000:]
-  return out
+def _make(kernels: str, ops=HOST_OPS, gen: str | None = None) -> str:
+  """The host binary for `kernels` in run-firmware's build folder: forge_app_host, or
+  with gen (an export folder) the embedded binary, linked beside the export's data."""
+  try:
+    return build_host(kernels, ops, gen)
+  except ToolMissing as e:  # a snapshot
+    pytest.skip(str(e))
 
 
 @pytest.fixture(scope="session")
@@ -412,7 +355,7 @@ def test_export_firmware_refuses_a_model_its_manifest_does_not_describe(tmp_path
 
 
 def test_gated_app_matches_evaluator_forge_gated(artifacts, binaries, stream, tmp_path):
-  """config.gate (esp32s3_app/core/forge_controller.h) is the evaluator's `forge-gated` at
+  """config.gate (custom_ops/forge_controller/src/forge_controller.h) is the evaluator's `forge-gated` at
   batch 1: the same path (source / adapt / frozen) and the same logits at every
   image, the same decisions at the same images, through several probes (short
   probe and period so that 200 images hold many): the shuffled stream without the
