@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from absl import flags, logging
 
+from forge_tflm.cli.eval_cmd import define_gate_flags, gate_config
 from forge_tflm.deploy.export import DEFAULT_OUT
 from forge_tflm.evaluation import field_streams
 from forge_tflm.evaluation.gate import DEVICE_PERIOD
@@ -59,7 +60,19 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
   flags.DEFINE_integer("arena_bytes", None, "TFLM arena size; default: estimated from the"
                        " model and manifest (forge_tflm.deploy.arena).", lower_bound=1024,
                        flag_values=fv)
+  define_gate_flags(fv)  # --mode=gated's settings, as eval's (a device's period unset).
   return fv
+
+
+def export_args(fv: flags.FlagValues, command: str) -> dict:
+  """export_firmware's keyword arguments from these flags (run-firmware's too)."""
+  return dict(data_dir=fv.data_dir, dataset=fv.dataset, corruption=fv.corruption,
+              severity=fv.severity, images=fv.images, seed=fv.seed,
+              ordering_index=fv.ordering, mode=fv.mode, arena_bytes=fv.arena_bytes,
+              command=command, gate=gate_config(fv),
+              label_order=field_streams.LabelOrder(
+                  fv.label_order,
+                  fv.dirichlet_alpha if fv.label_order == "dirichlet" else None, 1))
 
 
 def run(fv: flags.FlagValues, command: str) -> int:
@@ -67,14 +80,7 @@ def run(fv: flags.FlagValues, command: str) -> int:
 
   if not fv.artifact:
     raise ValueError("which artifact? forge_tflm export-firmware ARTIFACT.tflite")
-  out = export_firmware(fv.artifact, fv.output_dir, data_dir=fv.data_dir,
-                        dataset=fv.dataset, corruption=fv.corruption,
-                        severity=fv.severity, images=fv.images, seed=fv.seed,
-                        ordering_index=fv.ordering, mode=fv.mode,
-                        arena_bytes=fv.arena_bytes, command=command,
-                        label_order=field_streams.LabelOrder(
-                            fv.label_order,
-                            fv.dirichlet_alpha if fv.label_order == "dirichlet" else None, 1))
+  out = export_firmware(fv.artifact, fv.output_dir, **export_args(fv, command))
   logging.info("wrote %s: %d images of %s, arena %d B; expected accuracy %.2f%% with "
                "FORGE (%s), %.2f%% frozen at the clean targets", out.out_dir, out.images,
                out.stream, out.arena_bytes, 100 * out.accuracy, fv.mode,

@@ -44,7 +44,6 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
 
 def run(fv: flags.FlagValues, command: str) -> int:
   from forge_tflm.deploy.firmware import run_firmware
-  from forge_tflm.evaluation import field_streams
 
   if not fv.artifact:
     raise ValueError("which artifact? forge_tflm run-firmware ARTIFACT.tflite "
@@ -52,13 +51,9 @@ def run(fv: flags.FlagValues, command: str) -> int:
   if not fv.target:
     raise ValueError(f"--target is required: one of {', '.join(TARGETS)}")
   out_dir = fv.output_dir or os.path.join("runs", f"firmware-{fv.target}")
-  label_order = field_streams.LabelOrder(
-      fv.label_order, fv.dirichlet_alpha if fv.label_order == "dirichlet" else None, 1)
-  result = run_firmware(
-      fv.artifact, fv.target, out_dir, timeout=fv.timeout, progress=logging.info,
-      data_dir=fv.data_dir, dataset=fv.dataset, corruption=fv.corruption,
-      severity=fv.severity, images=fv.images, seed=fv.seed, ordering_index=fv.ordering,
-      mode=fv.mode, arena_bytes=fv.arena_bytes, command=command, label_order=label_order)
+  result = run_firmware(fv.artifact, fv.target, out_dir, timeout=fv.timeout,
+                        progress=logging.info,
+                        **export_firmware_cmd.export_args(fv, command))
   report = result.verification.markdown()
   with open(os.path.join(out_dir, "verify.md"), "w") as f:
     f.write(report)

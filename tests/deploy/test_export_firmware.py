@@ -221,3 +221,19 @@ def test_every_model_the_host_refuses_is_refused_before_anything_is_written(tmp_
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Traceback" not in err[0], (index, mutator, err)
     assert not out.exists(), (index, mutator)
+
+
+def test_gate_flags_reach_the_firmware_and_its_expected_outputs(tmp_path, artifact):
+  """export-firmware --mode=gated takes eval's --gate_* flags (issue 50: a camera that
+  only sees shuffled scenes turns the detector off with --gate_label_window=0); before,
+  a firmware always ran the defaults. The settings reach the firmware's defines (the
+  expected outputs are computed with the same GateConfig); unset ones keep a device's
+  defaults (period 10,240)."""
+  out = tmp_path / "gen"
+  assert cli(["forge_tflm", "export-firmware", artifact, f"--output_dir={out}",
+              f"--images={IMAGES}", "--mode=gated", "--gate_label_window=0",
+              "--gate_probe_images=2"]) == 0
+  header = (out / "forge_app_data.h").read_text()
+  assert "#define FORGE_APP_GATE_LABEL_WINDOW 0" in header, header[-800:]
+  assert "#define FORGE_APP_GATE_PROBE_IMAGES 2" in header
+  assert "#define FORGE_APP_GATE_PERIOD 10240" in header
