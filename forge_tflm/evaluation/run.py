@@ -45,46 +45,20 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
   artifact = check_inputs(config, artifact_path, keras_path, output_dir)
   if resume and not output_dir:
     raise ValueError("resuming needs the output directory of the earlier run")
-  meta: dict = {"command": command, "data": data_description}
-  if artifact is not None:
-    meta["artifact"] = {"path": artifact_path, "sha256": artifact.sha256}
-  needs_float = keras_path and any(m in FP32_NAMES for m in config.methods)
-  if needs_float:
-    meta["float_model"] = {"path": keras_path, "sha256": file_sha256(keras_path)}
-  meta["config"] = _config_json(config)
+  if not (keras_path and any(m in FP32_NAMES for m in config.methods)):
+    keras_path = None  # No float method: the Keras model is not loaded.
+  meta = _meta(config, artifact, artifact_path, keras_path, command, data_description)
   names = [s.name for s in streams]
   if len(set(names)) != len(names):
     raise ValueError(f"stream names repeat: {names}")
-  store = None
-  done: dict = {}
-  if output_dir:
-    fingerprint = {"artifact_sha256": meta.get("artifact", {}).get("sha256"),
-                   "float_model_sha256": meta.get("float_model", {}).get("sha256"),
-                   "config": meta["config"], "data": data_description,
-                   "streams": [{"name": s.name, "images": int(len(s.labels)),
-                                "sha256": resume_store.stream_digest(s),
-                                "order": s.spec, "domains": list(s.domain_names)}
-                               for s in streams]}
-    store = resume_store.ResultStore(output_dir, fingerprint, names)
-  float_model = None
-  if needs_float:
-    float_model = _load_keras(keras_path)
+  store = _store(output_dir, meta, streams) if output_dir else None
+  float_model = _load_keras(keras_path) if keras_path else None
   contract = artifact.input_contract if artifact else InputContract()
-  if store is not None:
-    done = store.start(resume)
+  done = store.start(resume) if store is not None else {}
   todo = [s for s in streams if s.name not in done]
   if done:
     logging.info("resuming %s: %d stream(s) finished earlier (%s), %d to evaluate",
                  store.dir, len(done), ", ".join(done), len(todo))
-  total = images_to_run(config, todo)
-  progress = None
-  if show_progress and todo:
-    from tqdm import tqdm
-    import sys
-    # In logs (not a terminal) a redraw every 10 s is plenty.
-    progress = tqdm(total=total, unit="img", desc="eval", smoothing=0.05,
-                    mininterval=0.5 if sys.stderr.isatty() else 10.0)
-  t0 = time.time()
   records = dict(done)
 
   def finished(record):
@@ -92,25 +66,14 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
       store.save(record)
     records[record["stream"]] = record
 
+  t0 = time.time()
+  progress = _progress_bar(images_to_run(config, todo)) if show_progress and todo else None
   try:
     if todo and (executor is None or executor.name == "inline" or len(todo) == 1):
-      methods = build_methods(config, artifact, float_model, contract)
-      try:
-        for stream in todo:
-          finished(evaluate_stream(config, methods, stream, contract, progress))
-      finally:
-        reset_methods(methods)
+      _evaluate_here(config, todo, artifact, float_model, contract, progress, finished)
     elif todo:
-      units = [StreamUnit(config, artifact_path, keras_path if needs_float else None,
-                          _with_fixed_orders(s, config)) for s in todo]
-      per_image = images_to_run(config, todo[:1]) / len(todo[0].labels)
-
-      def on_result(i, record):
-        finished(record)
-        if progress is not None:
-          progress.update(round(per_image * len(todo[i].labels)))
-
-      executor.map(evaluate_unit, units, on_result)
+      _evaluate_in_units(config, todo, artifact_path, keras_path, executor, progress,
+                         finished)
   finally:
     if progress is not None:
       progress.close()
@@ -120,6 +83,71 @@ def run_evaluation(config: EvalConfig, streams: list, *, artifact_path: str | No
   meta["stream_orders"] = {s.name: s.spec for s in streams}
   meta["resume"] = {"resumed": bool(done), "streams_from_earlier_runs": list(done),
                     "streams_evaluated_now": [s.name for s in todo]}
+  return _document(raw, meta, output_dir, store, hurt_threshold)
+
+
+def _meta(config, artifact, artifact_path, keras_path, command, data_description) -> dict:
+  """What results.json says the run was: command, data, artifact and float model (with
+  their hashes), configuration."""
+  meta: dict = {"command": command, "data": data_description}
+  if artifact is not None:
+    meta["artifact"] = {"path": artifact_path, "sha256": artifact.sha256}
+  if keras_path:
+    meta["float_model"] = {"path": keras_path, "sha256": file_sha256(keras_path)}
+  meta["config"] = _config_json(config)
+  return meta
+
+
+def _store(output_dir: str, meta: dict, streams: list) -> "resume_store.ResultStore":
+  """The output directory's per-stream results, keyed by what the results are of."""
+  fingerprint = {"artifact_sha256": meta.get("artifact", {}).get("sha256"),
+                 "float_model_sha256": meta.get("float_model", {}).get("sha256"),
+                 "config": meta["config"], "data": meta["data"],
+                 "streams": [{"name": s.name, "images": int(len(s.labels)),
+                              "sha256": resume_store.stream_digest(s),
+                              "order": s.spec, "domains": list(s.domain_names)}
+                             for s in streams]}
+  return resume_store.ResultStore(output_dir, fingerprint, [s.name for s in streams])
+
+
+def _progress_bar(total: int):
+  import sys
+
+  from tqdm import tqdm
+
+  # In logs (not a terminal) a redraw every 10 s is plenty.
+  return tqdm(total=total, unit="img", desc="eval", smoothing=0.05,
+              mininterval=0.5 if sys.stderr.isatty() else 10.0)
+
+
+def _evaluate_here(config, todo, artifact, float_model, contract, progress, finished):
+  """The streams in this process, one after the other, each method built once."""
+  methods = build_methods(config, artifact, float_model, contract)
+  try:
+    for stream in todo:
+      finished(evaluate_stream(config, methods, stream, contract, progress))
+  finally:
+    reset_methods(methods)
+
+
+def _evaluate_in_units(config, todo, artifact_path, keras_path, executor, progress,
+                       finished):
+  """One executor unit per stream, its orders drawn here (results do not depend on
+  where a unit runs)."""
+  units = [StreamUnit(config, artifact_path, keras_path, _with_fixed_orders(s, config))
+           for s in todo]
+  per_image = images_to_run(config, todo[:1]) / len(todo[0].labels)
+
+  def on_result(i, record):
+    finished(record)
+    if progress is not None:
+      progress.update(round(per_image * len(todo[i].labels)))
+
+  executor.map(evaluate_unit, units, on_result)
+
+
+def _document(raw: dict, meta: dict, output_dir, store, hurt_threshold: float) -> dict:
+  """The reports written to output_dir (and the run marked complete); the JSON doc."""
   table = report.summarize(raw, hurt_threshold)
   if output_dir:
     paths = report.write_all(output_dir, table, meta, raw)
