@@ -328,14 +328,26 @@ class _Checker:
   # -- graph ----------------------------------------------------------------------------
 
   def check_graph(self) -> None:
-    sg = self.sg
-    n = len(sg.tensors or [])
+    """The subgraph: its model inputs and outputs, every operator in order (each reads
+    only what is written before it), then the model's ends and every tensor."""
+    n = len(self.sg.tensors or [])
     self.total_bytes = 0
-    if n == 0 or not sg.operators:
+    if n == 0 or not self.sg.operators:
       self.fail("the subgraph has no tensors or no operators")
-    for i, t in enumerate(sg.tensors):
+    for i, t in enumerate(self.sg.tensors):
       if t is None:
         self.fail(f"tensor {i} is missing")
+    self.inputs, self.outputs = self.model_ends(n)
+    written = set(self.inputs)
+    for i, op in enumerate(self.sg.operators):
+      self.check_operator(i, op, n, written)
+    self.where = ""
+    self.check_model_ends(written)
+    for t in range(n):  # Unused tensors: the device still reads their tables.
+      self.check_tensor(t, "")
+
+  def model_ends(self, n: int) -> tuple[list[int], list[int]]:
+    sg = self.sg
     inputs = [int(t) for t in (sg.inputs if sg.inputs is not None else [])]
     outputs = [int(t) for t in (sg.outputs if sg.outputs is not None else [])]
     if len(inputs) != 1:
@@ -348,54 +360,64 @@ class _Checker:
           self.fail(f"model {kind} {k} is tensor index {t}, not one of the {n} tensors")
       if len(set(ids)) != len(ids):
         self.fail(f"a tensor is listed twice among the model {kind}s")
-    written = set(inputs)
-    self.inputs, self.outputs = inputs, outputs
+    return inputs, outputs
+
+  def check_operator(self, i: int, op, n: int, written: set) -> None:
+    """Operator i's table, its inputs (written before, or constant) and outputs (written
+    once, here), then its own rule (check_op); adds its outputs to `written`."""
     codes = self.model.operatorCodes or []
-    for i, op in enumerate(sg.operators):
-      self.where = f"operator {i}"
-      if op is None:
-        self.fail("missing operator table")
-      if not 0 <= op.opcodeIndex < len(codes):
-        self.fail(f"operator code index {op.opcodeIndex} is not one of the"
-                  f" {len(codes)} codes")
-      name = tg.op_name(self.model, op)
-      self.where = f"operator {i} ({_printable(name, 40)[1:-1]})"
-      op_inputs = [int(t) for t in (op.inputs if op.inputs is not None else [])]
-      op_outputs = [int(t) for t in (op.outputs if op.outputs is not None else [])]
-      if not op_outputs:
-        self.fail("no outputs")
-      for k, t in enumerate(op_inputs):
-        if t == -1:
-          continue  # Optional input left out; each op's rule says where it may be.
-        if not 0 <= t < n:
-          self.fail(f"input {k} is tensor index {t}: neither -1 (optional) nor one of"
-                    f" the {n} tensors")
-        self.check_tensor(t, f"input {k}")
-        if not self.is_const(t) and t not in written:
-          self.fail(f"input {k} ({self.tensor_label(t)}) is read before any operator"
-                    " writes it (not the model input, not a constant)")
-      for k, t in enumerate(op_outputs):
-        if not 0 <= t < n:
-          self.fail(f"output {k} is tensor index {t}, not one of the {n} tensors")
-        self.check_tensor(t, f"output {k}")
-        if self.is_const(t):
-          self.fail(f"output {k} ({self.tensor_label(t)}) is a constant")
-        if t in written:
-          self.fail(f"output {k} ({self.tensor_label(t)}) is already written by an"
-                    " earlier operator or is the model input")
-        if t in op_inputs:
-          self.fail(f"output {k} ({self.tensor_label(t)}) is also its input")
-        written.add(t)
-      if op.mutatingVariableInputs is not None and any(op.mutatingVariableInputs):
-        self.fail("mutating variable inputs are not supported")
-      if op.intermediates is not None and len(op.intermediates):
-        self.fail("intermediate tensors are not supported")
-      if op.largeCustomOptionsOffset or op.largeCustomOptionsSize:
-        self.fail("custom options outside the operator table are not supported")
-      if op.builtinOptions2Type:
-        self.fail("builtin_options_2 is not supported")
-      self.check_op(i, op, name, op_inputs, op_outputs)
-    self.where = ""
+    self.where = f"operator {i}"
+    if op is None:
+      self.fail("missing operator table")
+    if not 0 <= op.opcodeIndex < len(codes):
+      self.fail(f"operator code index {op.opcodeIndex} is not one of the"
+                f" {len(codes)} codes")
+    name = tg.op_name(self.model, op)
+    self.where = f"operator {i} ({_printable(name, 40)[1:-1]})"
+    op_inputs = [int(t) for t in (op.inputs if op.inputs is not None else [])]
+    op_outputs = [int(t) for t in (op.outputs if op.outputs is not None else [])]
+    if not op_outputs:
+      self.fail("no outputs")
+    for k, t in enumerate(op_inputs):
+      if t == -1:
+        continue  # Optional input left out; each op's rule says where it may be.
+      if not 0 <= t < n:
+        self.fail(f"input {k} is tensor index {t}: neither -1 (optional) nor one of"
+                  f" the {n} tensors")
+      self.check_tensor(t, f"input {k}")
+      if not self.is_const(t) and t not in written:
+        self.fail(f"input {k} ({self.tensor_label(t)}) is read before any operator"
+                  " writes it (not the model input, not a constant)")
+    for k, t in enumerate(op_outputs):
+      if not 0 <= t < n:
+        self.fail(f"output {k} is tensor index {t}, not one of the {n} tensors")
+      self.check_tensor(t, f"output {k}")
+      if self.is_const(t):
+        self.fail(f"output {k} ({self.tensor_label(t)}) is a constant")
+      if t in written:
+        self.fail(f"output {k} ({self.tensor_label(t)}) is already written by an"
+                  " earlier operator or is the model input")
+      if t in op_inputs:
+        self.fail(f"output {k} ({self.tensor_label(t)}) is also its input")
+      written.add(t)
+    self.check_table_extras(op)
+    self.check_op(i, op, name, op_inputs, op_outputs)
+
+  def check_table_extras(self, op) -> None:
+    """Operator-table fields neither LiteRT's nor TFLM's kernels here read."""
+    if op.mutatingVariableInputs is not None and any(op.mutatingVariableInputs):
+      self.fail("mutating variable inputs are not supported")
+    if op.intermediates is not None and len(op.intermediates):
+      self.fail("intermediate tensors are not supported")
+    if op.largeCustomOptionsOffset or op.largeCustomOptionsSize:
+      self.fail("custom options outside the operator table are not supported")
+    if op.builtinOptions2Type:
+      self.fail("builtin_options_2 is not supported")
+
+  def check_model_ends(self, written: set) -> None:
+    """The model input: not a constant, with a batch dimension; every model output
+    written; both int8, per-tensor quantized."""
+    inputs, outputs = self.inputs, self.outputs
     for k, t in enumerate(inputs):
       self.check_tensor(t, f"model input {k}")
       if self.is_const(t):
@@ -405,14 +427,12 @@ class _Checker:
       if t not in written:
         self.fail(f"model output {k} ({self.tensor_label(t)}) is never written")
     for label, t in [("model input", inputs[0])] + [("model output", t) for t in outputs]:
-      tensor = sg.tensors[t]
+      tensor = self.sg.tensors[t]
       if tensor.type != T.INT8 or _scales(tensor) != 1:
         self.fail(f"{label} ({self.tensor_label(t)}) must be int8, per-tensor quantized"
                   " (forge_tflm runs full-int8 models)")
     if len(self.shapes[inputs[0]]) < 1:
       self.fail(f"model input ({self.tensor_label(inputs[0])}) has no batch dimension")
-    for t in range(n):  # Unused tensors: the device still reads their tables.
-      self.check_tensor(t, "")
 
   # -- operators ---------------------------------------------------------------------
 
