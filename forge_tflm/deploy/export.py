@@ -91,13 +91,7 @@ def export_firmware(artifact_path: str, out_dir: str = DEFAULT_OUT, *, data_dir=
                             ordering_index=ordering_index, dataset=dataset,
                             cache_dir=cache_dir, label_order=label_order)
   x = model_input(artifact, stream.images)
-  if mode == "gated":  # Two passes per probed image: no per-op checksums to compare.
-    exp = expected_gated(artifact.model, x, gate)
-    op_names = model_ops(artifact.model)
-    forge_ops = [k for k, name in enumerate(op_names) if name == tg.FORGE_RECALIB]
-  else:
-    exp = expected_outputs(artifact.model, x, mode=mode, trace="all")
-    op_names, forge_ops = exp.op_names, exp.forge_ops
+  exp, op_names, forge_ops = _expected(artifact.model, x, mode, gate)
   source = expected_outputs(artifact.model, x, mode="frozen", trace="none")
   arena = arena_bytes or estimate_arena_bytes(artifact.model, artifact.manifest)
   labels = np.asarray(stream.labels)
@@ -116,15 +110,7 @@ def export_firmware(artifact_path: str, out_dir: str = DEFAULT_OUT, *, data_dir=
       "forge_state_bytes": artifact.manifest.state_bytes,
       "accuracy": float(np.mean(exp.predictions == labels)),
       "accuracy_source": float(np.mean(source.predictions == labels)),
-      "per_image": [{
-          "index": n, "label": int(labels[n]), "pred": int(exp.predictions[n]),
-          "pred_source": int(source.predictions[n]),
-          "logits": exp.logits[n].astype(int).tolist(),
-          **({"path": exp.paths[n]} if mode == "gated" else {
-              "forge": [f"{v:08x}" for v in exp.forge_checksums[n]],
-              "state": [f"{v:08x}" for v in exp.state_checksums[n]],
-              "trace": [f"{v:08x}" for v in exp.op_checksums[n]]}),
-      } for n in range(len(x))],
+      "per_image": _per_image(exp, source, labels, mode),
   }
   if mode == "gated":
     doc["gate"] = {"defines": defines, "decisions": exp.decisions}
@@ -147,6 +133,30 @@ def export_firmware(artifact_path: str, out_dir: str = DEFAULT_OUT, *, data_dir=
   return Export(out_dir=out_dir, images=len(x), stream=stream.name, arena_bytes=arena,
                 accuracy=doc["accuracy"], accuracy_source=doc["accuracy_source"],
                 files=tuple(files))
+
+
+def _expected(model: bytes, x: np.ndarray, mode: str, gate):
+  """(the evaluator's outputs at batch 1, the op names, the FORGE ops' indices)."""
+  if mode == "gated":  # Two passes per probed image: no per-op checksums to compare.
+    op_names = model_ops(model)
+    return (expected_gated(model, x, gate), op_names,
+            [k for k, name in enumerate(op_names) if name == tg.FORGE_RECALIB])
+  exp = expected_outputs(model, x, mode=mode, trace="all")
+  return exp, exp.op_names, exp.forge_ops
+
+
+def _per_image(exp, source, labels: np.ndarray, mode: str) -> list[dict]:
+  """expected.json's per-image records: prediction and logits, the source's
+  prediction, and the path (gated) or every checksum the device prints."""
+  return [{
+      "index": n, "label": int(labels[n]), "pred": int(exp.predictions[n]),
+      "pred_source": int(source.predictions[n]),
+      "logits": exp.logits[n].astype(int).tolist(),
+      **({"path": exp.paths[n]} if mode == "gated" else {
+          "forge": [f"{v:08x}" for v in exp.forge_checksums[n]],
+          "state": [f"{v:08x}" for v in exp.state_checksums[n]],
+          "trace": [f"{v:08x}" for v in exp.op_checksums[n]]}),
+  } for n in range(len(labels))]
 
 
 def check_export_dir(out_dir: str) -> None:
