@@ -179,11 +179,17 @@ class SegmentedModel:
     self.output_shape = tuple(sg.tensors[sg.outputs[0]].shape[1:])
     self.input_shape = tuple(sg.tensors[sg.inputs[0]].shape[1:])
     self.nodes: list[ForgeNode] = []
-    self._steps: list[tuple[str, object]] = []
+    groups = self._groups(model, kernels)
+    self._steps = self._build_steps(model, groups)
+    self._host_consts = self._host_constants(model)
+    self._direct = self._direct_writes()
+    self._forge_out: dict[tuple, np.ndarray] = {}  # (step, shape) -> reused y
 
-    # Group ops into runs of builtin ops separated by host ops.
+  def _groups(self, model, kernels: str) -> list[tuple[str, list[int]]]:
+    """The operators as runs of builtin ops (one LiteRT segment each) separated by
+    host ops (FORGE, host kernels, TFLM-arithmetic builtins with reference kernels)."""
     groups: list[tuple[str, list[int]]] = []
-    for i, op in enumerate(sg.operators):
+    for i, op in enumerate(model.subgraphs[0].operators):
       name = tg.op_name(model, op)
       if tg.is_custom(model, op):
         if name != tg.FORGE_RECALIB and name not in self._host_kernels:
@@ -195,19 +201,23 @@ class SegmentedModel:
         groups[-1][1].append(i)
       else:
         groups.append(("builtin", [i]))
+    return groups
 
-    # Tensors needed after each group: read by a later group or a graph output.
-    needed_after: list[set[int]] = []
+  def _build_steps(self, model, groups) -> list[tuple[str, object]]:
+    """One step per group: a host node, or a segment interpreter whose inputs are the
+    tensors it reads from earlier steps and whose outputs are those read later."""
+    sg = model.subgraphs[0]
+    needed_after: list[set[int]] = []  # Read by a later group or a graph output.
     later = set(self._graph_outputs)
     for kind, ids in reversed(groups):
       needed_after.append(set(later))
       for i in ids:
         later.update(t for t in sg.operators[i].inputs if t >= 0)
     needed_after.reverse()
-
+    steps = []
     for (kind, ids), after in zip(groups, needed_after):
       if kind == "host":
-        self._steps.append(("host", self._host_node(model, ids[0])))
+        steps.append(("host", self._host_node(model, ids[0])))
         continue
       produced = {t for i in ids for t in sg.operators[i].outputs}
       ins = []
@@ -220,22 +230,26 @@ class SegmentedModel:
       names = ", ".join(dict.fromkeys(tg.op_name(model, sg.operators[i]) for i in ids))
       label = (f"operator {ids[0]}" if len(ids) == 1 else
                f"operators {ids[0]}-{ids[-1]}") + f" ({names})"
-      self._steps.append(("segment", _Segment(_segment_model(model, ids, ins, outs),
-                                              ins, outs, label)))
+      steps.append(("segment", _Segment(_segment_model(model, ids, ins, outs), ins, outs,
+                                        label)))
+    return steps
 
-    # Constants that host steps read (a FORGE or host op may take one as its x).
-    self._host_consts: dict[int, np.ndarray] = {}
+  def _host_constants(self, model) -> dict[int, np.ndarray]:
+    """Constants that host steps read (a FORGE or host op may take one as its x)."""
+    sg, consts = model.subgraphs[0], {}
     for kind, step in self._steps:
       if kind == "host":
         t = step.input if isinstance(step, ForgeNode) else step[2]
         data = tg.buffer_array(model, sg.tensors[t])
         if data is not None:
-          self._host_consts[t] = np.ascontiguousarray(data)
+          consts[t] = np.ascontiguousarray(data)
+    return consts
 
-    # FORGE node k writes y straight into the input buffer of segment k + 1 when
-    # that segment is the only reader of y (saves an allocation and a copy per
-    # site): step index -> position of y among that segment's inputs.
-    self._direct: dict[int, int] = {}
+  def _direct_writes(self) -> dict[int, int]:
+    """FORGE node k writes y straight into the input buffer of segment k + 1 when that
+    segment is the only reader of y (saves an allocation and a copy per site): step
+    index -> position of y among that segment's inputs."""
+    direct = {}
     for k, (kind, step) in enumerate(self._steps[:-1]):
       if not isinstance(step, ForgeNode) or step.output in self._graph_outputs:
         continue
@@ -243,8 +257,8 @@ class SegmentedModel:
           st.inputs if kd == "segment" else [st.input] if isinstance(st, ForgeNode)
           else [st[2]])]
       if readers == [k + 1] and self._steps[k + 1][0] == "segment":
-        self._direct[k] = self._steps[k + 1][1].inputs.index(step.output)
-    self._forge_out: dict[tuple, np.ndarray] = {}  # (step, shape) -> reused y
+        direct[k] = self._steps[k + 1][1].inputs.index(step.output)
+    return direct
 
   @classmethod
   def from_artifact(cls, artifact, kernels: str = "reference",
