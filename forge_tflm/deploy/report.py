@@ -12,6 +12,7 @@ panic banner, a second `forge_app` header) ends the run: what follows is listed 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import re
 
@@ -203,6 +204,9 @@ class AppRun:
   indices: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
   lines: list = dataclasses.field(default_factory=list)
   image_records: int = 0
+  # Record lines by kind, well-formed or not, before the first reset (the parser keeps
+  # the last mem line and one cost_type line per name: verify-device counts them here).
+  records: collections.Counter = dataclasses.field(default_factory=collections.Counter)
   op_lines: list = dataclasses.field(default_factory=list)  # (line, index, name, forge)
   resets: list = dataclasses.field(default_factory=list)    # (line, text) after the header
   header_line: int = 0
@@ -222,7 +226,8 @@ class _Parser:
   def __init__(self):
     self.header, self.header_line, self.ops, self.mem, self.done = {}, 0, [], {}, {}
     self.cost, self.cost_type, self.errors, self.images, self.decisions = [], {}, [], [], []
-    self.tensors, self.malformed, self.resets, self.image_records = {}, [], [], 0
+    self.tensors, self.malformed, self.resets = {}, [], []
+    self.records = collections.Counter()
 
   def add(self, lineno: int, kind: str, f: dict) -> None:
     if kind == "forge_app":
@@ -235,7 +240,7 @@ class _Parser:
       self.mem = f
     elif kind == "img":
       self.images.append(_image(f, self.images[0] if self.images else None, lineno,
-                                self.image_records - 1))
+                                self.records["img"] - 1))
     elif kind == "gate":
       self.decisions.append(dict(f, line=lineno, on=f["decision"] == "on",
                                  score=f["score_e6"] / 1e6,
@@ -280,8 +285,7 @@ def parse_app_output(text: str) -> AppRun:
       p.resets.append((lineno, line.strip()[:120]))
     if p.resets:  # Another run (or none): only the first is compared.
       break
-    if rec[0] == "img":
-      p.image_records += 1
+    p.records[rec[0]] += 1
     try:
       p.add(lineno, rec[0], _fields(*rec))
     except ValueError as e:
@@ -309,7 +313,8 @@ def _run(p: _Parser) -> AppRun:
       cost=p.cost, cost_type=p.cost_type, done=p.done, errors=p.errors, tensors=p.tensors,
       malformed=p.malformed, paths=[im["path"] for im in images if "path" in im],
       gate_decisions=p.decisions, indices=np.array([im["index"] for im in images], np.int64),
-      lines=[im["line"] for im in images], image_records=p.image_records, resets=p.resets)
+      lines=[im["line"] for im in images], image_records=p.records["img"], records=p.records,
+      resets=p.resets)
 
 
 def _image(f: dict, first: dict | None, lineno: int, index: int) -> dict:

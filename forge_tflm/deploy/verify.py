@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from forge_tflm.deploy.report import RECORDS, AppRun, parse_app_output
+from forge_tflm.deploy.report import AppRun, parse_app_output
 
 # The gate's score and detector rates are printed in millionths (lround); the host
 # computes them in float64 and the device in double with another summation order,
@@ -130,10 +130,8 @@ def _size(shape: str) -> int:
   return math.prod(int(d) for d in shape.split("x") if d)
 
 
-def _header_problems(run: AppRun, expected: dict, lines: collections.Counter) -> list[str]:
-  """The header's, op, mem and cost lines' fields the host knows, each compared;
-  `lines`: the log's record lines by kind (the parser keeps the last mem line and one
-  cost_type line per name)."""
+def _header_problems(run: AppRun, expected: dict) -> list[str]:
+  """The header's, op, mem and cost lines' fields the host knows, each compared."""
   h, at = run.header, f"header (line {run.header_line})"
   out = []
   if h["version"] != 1:
@@ -154,7 +152,7 @@ def _header_problems(run: AppRun, expected: dict, lines: collections.Counter) ->
   if per and classes != len(per[0]["logits"]):
     out.append(f"{at}: output={h['output']} ({classes} values), expected.json has "
                f"{len(per[0]['logits'])} logits per image")
-  out += _mem_problems(run, expected, lines["mem"])
+  out += _mem_problems(run, expected, run.records["mem"])
   if h["mode"] != expected.get("mode"):
     out.append(f"{at}: the device ran mode={h['mode']}, expected.json is for "
                f"mode={expected.get('mode')}")
@@ -167,7 +165,7 @@ def _header_problems(run: AppRun, expected: dict, lines: collections.Counter) ->
     out.append(f"{len(run.cost)} cost lines in a log of {len(run.ops)} ops: lines lost "
                "from the capture?")
   elif run.done:
-    out += _cost_problems(run) + _cost_type_problems(run, lines["cost_type"])
+    out += _cost_problems(run) + _cost_type_problems(run, run.records["cost_type"])
   return out
 
 
@@ -241,20 +239,6 @@ def _cost_type_problems(run: AppRun, lines: int) -> list[str]:
     if got["ops"] != ops or got["ticks"] != ticks:
       out.append(f"cost_type line for {name}: ops={got['ops']} ticks={got['ticks']}, "
                  f"its cost lines give ops={ops} ticks={ticks}")
-  return out
-
-
-def _record_lines(text: str, run: AppRun) -> collections.Counter:
-  """Record lines by kind, well-formed or not, up to the first reset (as the parser
-  reads them)."""
-  stop = run.resets[0][0] if run.resets else math.inf
-  out = collections.Counter()
-  for lineno, line in enumerate(text.splitlines(), 1):
-    if lineno >= stop:
-      break
-    parts = line.split()
-    if parts and parts[0] in RECORDS and any("=" in p for p in parts[1:]):
-      out[parts[0]] += 1
   return out
 
 
@@ -404,7 +388,7 @@ def verify(log_text: str, expected: dict) -> Verification:
   run = parse_app_output(log_text)
   _check_same_model(run, expected)
   per = expected["per_image"]
-  problems = (_header_problems(run, expected, _record_lines(log_text, run))
+  problems = (_header_problems(run, expected)
               + _run_problems(run, len(per))
               + _gate_problems(run, expected))
   identical, first, differing = _compare_images(run, expected)
