@@ -129,7 +129,7 @@ def build_host(kernels: str = "reference", ops=HOST_OPS, gen: str | None = None,
   return binary
 
 
-def host_tflm_library(ops: str = "ADD CONV_2D FULLY_CONNECTED MEAN", progress=None) -> str:
+def host_tflm_library(ops: str = " ".join(sorted(HOST_OPS)), progress=None) -> str:
   """The host target's TFLM archive (framework and `ops`' reference kernels, from the
   TFLM snapshot) in its build folder, built if needed; returns its path."""
   archive = os.path.join(build_dir("host"), "ops", "+".join(sorted(ops.split())),

@@ -40,7 +40,6 @@ import pytest
 
 from forge_tflm.deploy.targets import (DATA_DIR, HOST_OPS, MODEL, artifact_paths,
                                        build_host, convert)
-from forge_tflm.deploy.targets import converter_hash as _converter_hash  # noqa: F401
 from forge_tflm.deploy.toolchains import ToolMissing
 from forge_tflm.deploy.toolchains import locked as _locked  # noqa: F401
 from tests.deploy.parity import check_parity

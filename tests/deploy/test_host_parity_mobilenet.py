@@ -26,11 +26,11 @@ import subprocess
 import numpy as np
 import pytest
 
-from tests import third_party
+from forge_tflm.deploy.targets import artifact_root
 from tests.conftest import REPO_ROOT
 from tests.deploy.parity import check_parity
 from tests.deploy.test_host_parity import (  # noqa: F401  (stream: a fixture)
-    DATA_DIR, N_IMAGES, TARGETS, _convert, _converter_hash, _dataset_cache, _explainer,
+    DATA_DIR, N_IMAGES, TARGETS, _convert, _dataset_cache, _explainer,
     _locked, _make, stream)
 
 MODEL = os.path.join(REPO_ROOT, "models", "mobilenet_v2_0.5_cifar10.keras")
@@ -52,7 +52,7 @@ def mbv2_artifact(tmp_path_factory) -> str:
   """MobileNetV2-0.5 with FORGE at its 52 sites, converted once into the build cache."""
   if not os.path.isdir(DATA_DIR):
     pytest.skip(f"needs CIFAR-10 at {DATA_DIR}")
-  root = os.path.join(third_party.build_cache(), "deploy_artifacts", _converter_hash(MODEL))
+  root = artifact_root(MODEL)
   path = os.path.join(root, "mbv2_forge_all.tflite")
   with _locked(root + ".lock"), _dataset_cache(tmp_path_factory):
     os.makedirs(root, exist_ok=True)

@@ -34,11 +34,11 @@ import time
 
 import pytest
 
-from tests import third_party
+from forge_tflm.deploy.targets import artifact_root
 from tests.conftest import SHARED_MLPERF_IC
 from tests.deploy import test_cortexm as cm
 from tests.deploy.test_host_parity import (DATA_DIR, N_IMAGES, TARGETS, _convert,
-                                           _converter_hash, _dataset_cache, _locked, _make)
+                                           _dataset_cache, _locked, _make)
 
 MODEL = os.path.join(SHARED_MLPERF_IC, "pretrainedResnet_quant.tflite")
 N_SITES = 9  # every CONV_2D of ResNet-8
@@ -58,7 +58,7 @@ def artifact(tmp_path_factory) -> str:
     pytest.skip(f"needs MLPerf Tiny's ResNet-8 at {MODEL} (not present)")
   if not os.path.isdir(DATA_DIR):
     pytest.skip(f"needs CIFAR-10 at {DATA_DIR}")
-  root = os.path.join(third_party.build_cache(), "deploy_artifacts", _converter_hash(MODEL))
+  root = artifact_root(MODEL)
   path = os.path.join(root, "r8_forge_all.tflite")
   t0 = time.time()
   with _locked(root + ".lock"), _dataset_cache(tmp_path_factory):
