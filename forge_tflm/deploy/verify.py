@@ -152,7 +152,7 @@ def _header_problems(run: AppRun, expected: dict) -> list[str]:
   if per and classes != len(per[0]["logits"]):
     out.append(f"{at}: output={h['output']} ({classes} values), expected.json has "
                f"{len(per[0]['logits'])} logits per image")
-  out += _mem_problems(run, expected, run.records["mem"])
+  out += _mem_problems(run, expected)
   if h["mode"] != expected.get("mode"):
     out.append(f"{at}: the device ran mode={h['mode']}, expected.json is for "
                f"mode={expected.get('mode')}")
@@ -165,15 +165,16 @@ def _header_problems(run: AppRun, expected: dict) -> list[str]:
     out.append(f"{len(run.cost)} cost lines in a log of {len(run.ops)} ops: lines lost "
                "from the capture?")
   elif run.done:
-    out += _cost_problems(run) + _cost_type_problems(run, run.records["cost_type"])
+    out += _cost_problems(run) + _cost_type_problems(run)
   return out
 
 
-def _mem_problems(run: AppRun, expected: dict, lines: int) -> list[str]:
+def _mem_problems(run: AppRun, expected: dict) -> list[str]:
   """The mem line against the export: one state per FORGE op, holding the state bytes
   of the export's FORGE sites, among FORGE's persistent bytes; an arena that holds
   what the device says it used. (arena_size is the build's: the Cortex-M and host apps
   keep a fixed arena larger than the export's estimate.)"""
+  lines = run.records["mem"]
   m = run.mem
   if lines > 1 or (not lines and (run.image_records or run.done)):
     # PrintMemory runs once, between the op lines and the first image.
@@ -223,9 +224,10 @@ def _cost_problems(run: AppRun) -> list[str]:
   return out
 
 
-def _cost_type_problems(run: AppRun, lines: int) -> list[str]:
+def _cost_type_problems(run: AppRun) -> list[str]:
   """The cost_type lines, derived from the cost lines: per op name in first-seen
   order, its count of ops and their ticks summed (in uint64)."""
+  lines = run.records["cost_type"]  # The parser keeps one line per name.
   want = {}
   for c in run.cost:
     ops, ticks = want.get(c["name"], (0, 0))

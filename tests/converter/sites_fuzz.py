@@ -159,5 +159,6 @@ def fuzz(mutants: int, run_seed: int = 0, start: int = 0, progress=None) -> dict
 def main(argv=None) -> int:
   return af.in_process_main(fuzz, __doc__, argv)
 
+
 if __name__ == "__main__":
   sys.exit(main())

@@ -448,7 +448,9 @@ def fuzz(mutants: int, run_seed: int = 0, start: int = 0, progress=None) -> dict
 def main(argv=None) -> int:
   from tests.runtime import artifact_fuzz as af
 
-  return af.in_process_main(fuzz, __doc__, argv, lambda s: any(s[w]["findings"] for w in ("log", "csv")))
+  return af.in_process_main(
+      fuzz, __doc__, argv, lambda s: any(s[w]["findings"] for w in ("log", "csv")))
+
 
 if __name__ == "__main__":
   sys.exit(main())

@@ -98,13 +98,12 @@ def _seed_runs(workdir: str) -> dict:
 
 
 def seeds(workdir: str) -> dict:
-  """{seed: (fingerprint, stream names, {stream: record})} from genuine runs."""
+  """{seed: (its ResultStore, {stream: record})} from genuine runs."""
   out = {}
   for name, d in _seed_runs(workdir).items():
     run = json.load(open(os.path.join(d, STREAMS_DIR, "run.json")))
     store = ResultStore(d, run["fingerprint"], run["streams"])
-    records = store.start(resume=True)
-    out[name] = (run["fingerprint"], run["streams"], records)
+    out[name] = (store, store.start(resume=True))
   return out
 
 
@@ -175,7 +174,7 @@ def mutate(seed_docs: dict, index: int, run_seed: int = 0):
   """(seed, mutator, description, (stream, file bytes)) of mutant `index`."""
   rng = np.random.default_rng([run_seed, index, 5353])
   seed = sorted(seed_docs)[index % len(seed_docs)]
-  _, names, records = seed_docs[seed]
+  _, records = seed_docs[seed]
   stream = mf._pick(rng, sorted(records))
   doc = copy.deepcopy(records[stream])
   kind = MUTATORS[int(rng.choice(len(MUTATORS), p=_MUTATOR_P))]
@@ -250,10 +249,10 @@ def impossible(record: dict, fingerprint: dict) -> str | None:
   return None
 
 
-def check(workdirs: dict, seed_docs: dict, seed: str, stream_data: tuple):
+def check(seed_docs: dict, seed: str, stream_data: tuple):
   stream, data = stream_data
-  fingerprint, names, records = seed_docs[seed]
-  store = ResultStore(workdirs[seed], fingerprint, names)
+  store, records = seed_docs[seed]
+  fingerprint = store.fingerprint
   path = store.path(stream)
   with open(path, "wb") as f:
     f.write(data)
@@ -282,15 +281,15 @@ def fuzz(mutants: int, run_seed: int = 0, start: int = 0, progress=None,
   workdir = workdir or tempfile.mkdtemp(prefix="forge_resume_fuzz_")
   os.makedirs(workdir, exist_ok=True)
   seed_docs = seeds(workdir)
-  dirs = {name: os.path.join(workdir, name) for name in seed_docs}
   return af.in_process(
       lambda i: mutate(seed_docs, i, run_seed),
-      lambda seed, data: check(dirs, seed_docs, seed, data),
+      lambda seed, data: check(seed_docs, seed, data),
       mutants, start, OUTCOMES, progress, run_seed)
 
 
 def main(argv=None) -> int:
   return af.in_process_main(fuzz, __doc__, argv)
+
 
 if __name__ == "__main__":
   sys.exit(main())
