@@ -108,6 +108,11 @@ def _printable(value, limit: int = 60) -> str:
   return repr(text)
 
 
+def _shape(tensor) -> tuple[int, ...]:
+  """A tensor's shape as ints (() where the table has none)."""
+  return () if tensor.shape is None else tuple(int(d) for d in np.asarray(tensor.shape).ravel())
+
+
 def _fmt_shape(shape) -> str:
   return "[" + ",".join(str(int(d)) for d in shape) + "]"
 
@@ -224,10 +229,7 @@ class _Checker:
   # -- tensors --------------------------------------------------------------------------
 
   def _shape(self, t: int) -> tuple:
-    tensor = self.sg.tensors[t]
-    shape = tensor.shape
-    shape = () if shape is None else tuple(int(d) for d in np.asarray(shape).ravel())
-    return shape
+    return _shape(self.sg.tensors[t])
 
   def check_tensor(self, t: int, role: str) -> None:
     """Generic checks of tensor t, once (role: how the first user refers to it)."""
@@ -1046,10 +1048,6 @@ class _ForgeCheck:
       self.fail(f"{self.label(k, kind)} is per-channel quantized: x and y must be"
                 " per-tensor")
     return float(np.float32(scales[0])), int(zeros[0])
-
-
-def _shape(t) -> tuple[int, ...]:
-  return () if t.shape is None else tuple(int(d) for d in np.asarray(t.shape).ravel())
 
 
 # -- entry point ------------------------------------------------------------------------
