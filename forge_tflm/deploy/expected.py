@@ -200,8 +200,8 @@ class ExpectedGated:
 
 def expected_gated(artifact, inputs_int8: np.ndarray, gate, *,
                    kernels: str = "reference") -> ExpectedGated:
-  """What a device running the gate (custom_ops/forge_controller/src/forge_controller.h, `config.gate`)
-  must print: the evaluator's `forge-gated` method at batch 1 over `inputs_int8`
+  """What a device running the gate (custom_ops/forge_controller, `config.gate`) must
+  print: the evaluator's `forge-gated` method at batch 1 over `inputs_int8`
   (quantized model input), `gate` a forge_tflm.evaluation.gate.GateConfig."""
   from forge_tflm.evaluation.gate import GatedForge
   from forge_tflm.runtime.segmented import SegmentedModel
