@@ -171,10 +171,6 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
   Returns the JSON log as a dict.
   """
   import keras
-  import tensorflow as tf
-
-  from forge_tflm.models import build_model
-  from forge_tflm.training import distill  # Registers the loss a checkpoint may use.
 
   if not output.endswith(".keras"):
     raise ValueError(f"output must end in .keras, got {output!r}")
@@ -182,59 +178,121 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
     train_set = train_set.random_subset(config.limit_train, config.seed)
     if test_set is not None:  # Random, not the first N of a label-sorted split.
       test_set = test_set.random_subset(config.limit_train, config.seed)
+  # The steps below draw from the global seed in this order (build the model,
+  # then the datasets' random ops): a reordering changes what a seed trains.
   keras.utils.set_random_seed(config.seed)
   # Created by the first checkpoint write: a run that fails before its first epoch
   # (a bad --init_from) leaves no empty folder behind.
-  checkpoint_dir = checkpoint_dir or output + ".ckpt"
-  state_path = os.path.join(checkpoint_dir, "state.json")
-  weights_path = os.path.join(checkpoint_dir, "last.keras")
-  average_path = os.path.join(checkpoint_dir, "swa_average.npz")
-
+  files = _CheckpointFiles.under(checkpoint_dir or output + ".ckpt")
   steps_per_epoch = int(np.ceil(len(train_set) / config.batch_size))
   schedule = learning_rate_schedule(config, steps_per_epoch)
-  average = WeightAverage()
-
-  history: list[dict] = []
-  start_epoch = 0
-  same_recipe = False
-  if os.path.exists(state_path) and os.path.exists(weights_path):
-    with open(state_path) as f:
-      state = json.load(f)
-    same_recipe = recipe(state.get("config", {})) == recipe(dataclasses.asdict(config))
-    if not same_recipe and not state.get("finished"):
-      raise ValueError(f"checkpoint in {checkpoint_dir} was made with another config;"
-                       " remove it to start over")
-    if not same_recipe:
-      logging.info("%s holds a finished run of another recipe: starting a new run",
-                   checkpoint_dir)
-  if same_recipe:
-    model = keras.saving.load_model(weights_path, compile=True)
-    model.jit_compile = config.jit_compile  # The checkpoint's own value is restored above.
-    history = state["history"]
-    start_epoch = len(history)
-    if start_epoch > config.swa_start_epoch:
-      with open(average_path, "rb") as f:
-        average = WeightAverage.from_bytes(f.read())
-    logging.info("resuming %s from epoch %d", config.model, start_epoch)
-  else:
-    model = build_model(config.model, train_set.num_classes,
-                        train_set.images.shape[1:], config.weight_decay)
-    if config.init_from:
-      load_initial_weights(model, config.init_from)
-    if config.teachers:
-      loss = distill.DistillationLoss(config.distillation_weight,
-                                      config.distillation_temperature,
-                                      config.label_smoothing)
-      metric = distill.accuracy_metric()
-    else:
-      loss = keras.losses.CategoricalCrossentropy(
-          from_logits=True, label_smoothing=config.label_smoothing)
-      metric = "accuracy"
-    model.compile(
-        optimizer=keras.optimizers.SGD(schedule, momentum=0.9, nesterov=True),
-        loss=loss, metrics=[metric], jit_compile=config.jit_compile)
+  model, history, average = _resume_or_build(config, train_set, files, schedule)
   logging.info("%s: %d parameters, %d steps/epoch", model.name, model.count_params(),
                steps_per_epoch)
+  fit_ds, train_ds, test_ds = _datasets(config, train_set, test_set)
+  _run_epochs(model, config, schedule, fit_ds, test_ds, files, history, average)
+  swa = None
+  if config.swa_epochs:
+    swa = _finish_weight_average(model, average, train_ds, test_ds, config)
+  log = _run_log(config, command, train_set, test_set, model, history, swa)
+  atomic_save_model(model, output)
+  write_atomically({os.path.splitext(output)[0] + ".json": json.dumps(log, indent=2).encode()})
+  # Complete: the same command again finds nothing to do; another recipe on this
+  # output starts a new run instead of being refused as a resume.
+  write_atomically({files.state: json.dumps(
+      {"config": dataclasses.asdict(config), "history": history, "finished": True}).encode()})
+  return log
+
+
+@dataclasses.dataclass(frozen=True)
+class _CheckpointFiles:
+  """Where a run's checkpoint lives: its state, last weights and running average."""
+  directory: str
+  state: str
+  weights: str
+  average: str
+
+  @classmethod
+  def under(cls, directory: str) -> "_CheckpointFiles":
+    return cls(directory, os.path.join(directory, "state.json"),
+               os.path.join(directory, "last.keras"),
+               os.path.join(directory, "swa_average.npz"))
+
+
+def _resumable_state(config: TrainConfig, files: _CheckpointFiles) -> dict | None:
+  """The checkpoint's state if it holds a run of this recipe, else None.
+
+  Refuses an unfinished run of another recipe (resuming it would mix two recipes);
+  a finished one is left for a new run to overwrite.
+  """
+  if not (os.path.exists(files.state) and os.path.exists(files.weights)):
+    return None
+  with open(files.state) as f:
+    state = json.load(f)
+  if recipe(state.get("config", {})) == recipe(dataclasses.asdict(config)):
+    return state
+  if not state.get("finished"):
+    raise ValueError(f"checkpoint in {files.directory} was made with another config;"
+                     " remove it to start over")
+  logging.info("%s holds a finished run of another recipe: starting a new run",
+               files.directory)
+  return None
+
+
+def _resume_or_build(config: TrainConfig, train_set: ImageSet, files: _CheckpointFiles,
+                     schedule):
+  """The compiled model, the epochs' history so far and the running weight average."""
+  import keras
+
+  # Imported for its side effect: registers the loss a checkpoint may use.
+  from forge_tflm.training import distill  # noqa: F401
+
+  state = _resumable_state(config, files)
+  average = WeightAverage()
+  if state is None:
+    return _build_model(config, train_set, schedule), [], average
+  model = keras.saving.load_model(files.weights, compile=True)
+  model.jit_compile = config.jit_compile  # The checkpoint's own value is restored above.
+  history = state["history"]
+  if len(history) > config.swa_start_epoch:
+    with open(files.average, "rb") as f:
+      average = WeightAverage.from_bytes(f.read())
+  logging.info("resuming %s from epoch %d", config.model, len(history))
+  return model, history, average
+
+
+def _build_model(config: TrainConfig, train_set: ImageSet, schedule):
+  """A fresh model (or --init_from's weights), compiled with the recipe's loss."""
+  import keras
+
+  from forge_tflm.models import build_model
+  from forge_tflm.training import distill
+
+  model = build_model(config.model, train_set.num_classes,
+                      train_set.images.shape[1:], config.weight_decay)
+  if config.init_from:
+    load_initial_weights(model, config.init_from)
+  if config.teachers:
+    loss = distill.DistillationLoss(config.distillation_weight,
+                                    config.distillation_temperature,
+                                    config.label_smoothing)
+    metric = distill.accuracy_metric()
+  else:
+    loss = keras.losses.CategoricalCrossentropy(
+        from_logits=True, label_smoothing=config.label_smoothing)
+    metric = "accuracy"
+  model.compile(
+      optimizer=keras.optimizers.SGD(schedule, momentum=0.9, nesterov=True),
+      loss=loss, metrics=[metric], jit_compile=config.jit_compile)
+  return model
+
+
+def _datasets(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None):
+  """(fit, train, test) datasets: fit is train plus the teachers' targets, if any;
+  train (augmented, without them) is what weight averaging recomputes BN on."""
+  import tensorflow as tf
+
+  from forge_tflm.training import distill
 
   num_classes = train_set.num_classes
   one_hot = lambda x, y: (x, tf.one_hot(y, num_classes))
@@ -255,8 +313,16 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
   if test_set is not None:
     test_ds = (tf.data.Dataset.from_tensor_slices((test_set.images, test_set.labels))
                .map(_to_float(tf)).map(one_hot).batch(256).prefetch(tf.data.AUTOTUNE))
+  return fit_ds, train_ds, test_ds
 
-  for epoch in range(start_epoch, config.epochs):
+
+def _run_epochs(model, config: TrainConfig, schedule, fit_ds, test_ds,
+                files: _CheckpointFiles, history: list[dict],
+                average: WeightAverage) -> None:
+  """Trains the epochs after `history`'s, appending to it and checkpointing each."""
+  import keras
+
+  for epoch in range(len(history), config.epochs):
     # Reseeding per epoch makes a resumed run draw the same augmentations.
     keras.utils.set_random_seed(config.seed * 1000 + epoch)
     t0 = time.time()
@@ -272,19 +338,23 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
       entry["test_accuracy"] = float(acc)
     history.append(entry)
     logging.info("epoch %d/%d: %s", epoch + 1, config.epochs, json.dumps(entry))
-    checkpoint = {state_path: json.dumps(
+    checkpoint = {files.state: json.dumps(
         {"config": dataclasses.asdict(config), "history": history}).encode()}
     if epoch >= config.swa_start_epoch:
       average.add([w.numpy() for w in model.trainable_weights])
-      checkpoint[average_path] = average.to_bytes()
-    atomic_save_model(model, weights_path)
+      checkpoint[files.average] = average.to_bytes()
+    atomic_save_model(model, files.weights)
     write_atomically(checkpoint)
 
-  swa = None
-  if config.swa_epochs:
-    swa = _finish_weight_average(model, average, train_ds, test_ds, config)
 
-  log = {
+def _run_log(config: TrainConfig, command: str, train_set: ImageSet,
+             test_set: ImageSet | None, model, history: list[dict],
+             swa: dict | None) -> dict:
+  """The JSON log written next to the finished model."""
+  import keras
+  import tensorflow as tf
+
+  return {
       "model": config.model,
       "config": dataclasses.asdict(config),
       "command": command,
@@ -304,13 +374,6 @@ def train(config: TrainConfig, train_set: ImageSet, test_set: ImageSet | None,
       "versions": {"tensorflow": tf.__version__, "keras": keras.__version__,
                    "python": platform.python_version()},
   }
-  atomic_save_model(model, output)
-  write_atomically({os.path.splitext(output)[0] + ".json": json.dumps(log, indent=2).encode()})
-  # Complete: the same command again finds nothing to do; another recipe on this
-  # output starts a new run instead of being refused as a resume.
-  write_atomically({state_path: json.dumps(
-      {"config": dataclasses.asdict(config), "history": history, "finished": True}).encode()})
-  return log
 
 
 def _finish_weight_average(model, average: WeightAverage, train_ds, test_ds,
