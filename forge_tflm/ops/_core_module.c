@@ -7,8 +7,8 @@
  * `run(x, y, state, mode, path, variant)` is then one Eval per batch.
  * Arrays come in through the buffer protocol (C-contiguous, format and length
  * checked) and reach the core without copies; no numpy headers are needed.
- * Calls run forge_recalib_s8_x86_path (the host build's bit-exact SIMD
- * variant) unless the ansi reference is asked for. Errors raise ValueError
+ * Calls run the host build's bit-exact x86 variant (forge_recalib_s8_hooked
+ * with forge_recalib_x86_hooks) unless the ansi reference is asked for. Errors raise ValueError
  * with the core's message. The module also exports the core's enum names and
  * limits, so Python never repeats them. bench/bench_memcpy time loops in C.
  */
@@ -77,9 +77,9 @@ static PyObject* raise_status(int status, const char* msg) {
   return NULL;
 }
 
-/* Which C function runs: the host variant (forge_recalib_s8_x86_path with
- * the best loops this CPU has), the plain reference (forge_recalib_s8_ansi_path)
- * or the host variant capped at AVX2 (tests the AVX2 loops on AVX-512 CPUs). */
+/* Which C function runs: the host variant (the x86 hooks with the best loops
+ * this CPU has), the plain reference (forge_recalib_s8_ansi) or the host
+ * variant capped at AVX2 (tests the AVX2 loops on AVX-512 CPUs). */
 enum { VARIANT_DEFAULT = 0, VARIANT_ANSI = 1, VARIANT_AVX2 = 2, VARIANT_COUNT };
 
 typedef struct {
@@ -251,19 +251,17 @@ static int call_setup(Prepared* p, PyObject* ox, PyObject* oy, PyObject* os,
 
 static int call_run(const Prepared* p, const Call* k, int mode, int path,
                     int variant, const char** msg) {
-  if (variant != VARIANT_ANSI) {
-    return forge_recalib_s8_x86_path(
-        (const int8_t*)k->x.view.buf, (int8_t*)k->y.view.buf, k->n, k->hw, p->c,
-        (const float*)p->beta.view.buf, (const float*)p->gamma.view.buf,
-        (float*)k->state.view.buf, &p->opts, &p->quant, mode, path,
-        variant == VARIANT_AVX2 ? FORGE_RECALIB_X86_AVX2 : FORGE_RECALIB_X86_AVX512,
-        p->scratch, p->scratch_bytes, msg);
-  }
-  return forge_recalib_s8_ansi_path(
+  const forge_recalib_args args = {
       (const int8_t*)k->x.view.buf, (int8_t*)k->y.view.buf, k->n, k->hw, p->c,
       (const float*)p->beta.view.buf, (const float*)p->gamma.view.buf,
-      (float*)k->state.view.buf, &p->opts, &p->quant, mode, path, p->scratch,
-      p->scratch_bytes, msg);
+      k->state.view.buf, &p->opts, &p->quant, mode, path, p->scratch,
+      p->scratch_bytes};
+  if (variant == VARIANT_ANSI) return forge_recalib_s8_ansi(&args, msg);
+  return forge_recalib_s8_hooked(
+      &args,
+      forge_recalib_x86_hooks(variant == VARIANT_AVX2 ? FORGE_RECALIB_X86_AVX2
+                                                      : FORGE_RECALIB_X86_AVX512),
+      msg);
 }
 
 static int check_variant(int variant) {

@@ -90,7 +90,8 @@ def _run(tmp_path, compiler: str, name: str, code: str, flags: list[str],
 
 
 def test_relu6_bound_on_integers_equals_float_division(tmp_path):
-  out = _run(tmp_path, "gcc", "six.c", SIX_HARNESS, ["-std=c99"], ["-lm"])
+  out = _run(tmp_path, "gcc", "six.c", SIX_HARNESS, ["-std=c99"],
+             [os.path.join(SRC, "forge_recalib_int.c"), "-lm"])
   assert "mismatches 0" in out
 
 
@@ -98,5 +99,6 @@ def test_float_option_rounding_on_integers_equals_conversion(tmp_path):
   flexbuffers = os.path.join(third_party.snapshot("esp-tflite-micro"), "third_party",
                              "flatbuffers", "include")
   out = _run(tmp_path, "g++", "double.cc", DOUBLE_HARNESS, ["-std=c++17", "-I", flexbuffers],
-             ["-x", "c", os.path.join(SRC, "forge_recalib.c"), "-lm"])
+             ["-x", "c", os.path.join(SRC, "forge_recalib.c"),
+              os.path.join(SRC, "forge_recalib_int.c"), "-lm"])
   assert "mismatches 0" in out

@@ -38,7 +38,7 @@ pytestmark = pytest.mark.skipif(
 def _compile(tmp_path, name: str, flags: list[str]) -> str:
   obj = str(tmp_path / f"{name}.o")
   subprocess.run(["arm-none-eabi-gcc", *flags, "-O2", "-std=c99", "-Wall", "-Wextra",
-                  "-Werror", "-ffp-contract=off", "-DFORGE_RECALIB_INT_TU", "-I", SRC,
+                  "-Werror", "-ffp-contract=off", "-I", SRC,
                   "-c", os.path.join(SRC, "forge_recalib_int.c"), "-o", obj],
                  check=True, capture_output=True, text=True)
   return obj

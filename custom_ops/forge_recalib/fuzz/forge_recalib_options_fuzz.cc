@@ -6,8 +6,8 @@
 // from a hash of the input (including NaN, +-inf, zero, out-of-range scales
 // and zero points) and the C core runs on heap tensors of exact size, so
 // AddressSanitizer catches any out-of-bounds access: the plain-C path
-// (forge_recalib_s8_ansi_path), the host x86 variant where built
-// (FORGE_RECALIB_X86: forge_recalib_s8_x86_path, bit-exact to ansi).
+// (forge_recalib_s8_ansi), the host x86 variant where built
+// (FORGE_RECALIB_X86: its hooks at each instruction-set cap, bit-exact to ansi).
 // Invariants violated -> abort().
 //
 // Builds two ways (tests/custom_ops/test_fuzz_options.py does both):
@@ -138,9 +138,10 @@ void RunX86Twin(const Node& d, const int8_t* y_ansi, const float* state_before,
   memcpy(state, state_before, sizeof(float) * 2 * d.c);
   const char* msg = nullptr;
   const int32_t isa = static_cast<int32_t>(pick->Next(3));
-  const int status = forge_recalib_s8_x86_path(d.x, y, d.n, d.hw, d.c, d.beta, d.gamma,
-                                               state, d.opts, &d.quant, mode, path,
-                                               isa, scratch, bytes, &msg);
+  const forge_recalib_args args = {d.x, y, d.n, d.hw, d.c, d.beta, d.gamma, state,
+                                   d.opts, &d.quant, mode, path, scratch, bytes};
+  const int status =
+      forge_recalib_s8_hooked(&args, forge_recalib_x86_hooks(isa), &msg);
   Check(status == FORGE_RECALIB_OK, "valid x86 call succeeds");
   Check(memcmp(y, y_ansi, d.count) == 0, "x86 output equals ansi");
   Check(memcmp(state, d.state, sizeof(float) * 2 * d.c) == 0, "x86 state equals ansi");
@@ -165,19 +166,21 @@ void RunPlain(const Node& d, Picker* pick) {
   for (int step = 0; step < 3; ++step) {
     const int32_t mode = step == 2 ? FORGE_RECALIB_MODE_FROZEN : FORGE_RECALIB_MODE_ADAPT;
     memcpy(before, d.state, sizeof(float) * 2 * d.c);
-    const int status = forge_recalib_s8_ansi_path(d.x, d.y, d.n, d.hw, d.c, d.beta,
-                                                  d.gamma, d.state, d.opts, &d.quant,
-                                                  mode, path, scratch, bytes, &msg);
+    const forge_recalib_args args = {d.x, d.y, d.n, d.hw, d.c, d.beta, d.gamma,
+                                     d.state, d.opts, &d.quant, mode, path, scratch,
+                                     bytes};
+    const int status = forge_recalib_s8_ansi(&args, &msg);
     Check(status == FORGE_RECALIB_OK, "valid call succeeds");
     CheckOutputs(d.y, d.count, d.state, d.c, d.quant,
                  d.opts->arithmetic == FORGE_RECALIB_ARITH_INT);
     RunX86Twin(d, d.y, before, mode, path, scratch, bytes, pick);
   }
   // Too little scratch must be refused, not overrun.
-  const int status = forge_recalib_s8_ansi_path(
+  const forge_recalib_args short_scratch = {
       d.x, d.y, d.n, d.hw, d.c, d.beta, d.gamma, d.state, d.opts, &d.quant,
       FORGE_RECALIB_MODE_ADAPT, FORGE_RECALIB_PATH_LUT, scratch,
-      forge_recalib_scratch_bytes(d.c) - 1, &msg);
+      forge_recalib_scratch_bytes(d.c) - 1};
+  const int status = forge_recalib_s8_ansi(&short_scratch, &msg);
   Check(status == FORGE_RECALIB_ERR_SCRATCH, "short scratch refused");
   delete[] before;
   free(scratch);

@@ -47,7 +47,7 @@
  *
  * Init parses the options once, Prepare validates tensors and does the
  * quantization math once, Eval calls the framework-free C core
- * forge_recalib_s8_ansi (../src/forge_recalib.c).
+ * FORGE_RECALIB_S8_TARGET (../src/forge_recalib.h: the build's best variant).
  *
  * FORGE_RECALIB_INT_ONLY=1 (builds for cores without an FPU): the kernel runs
  * the integer arithmetic alone. Init refuses arithmetic float, Prepare does
@@ -313,20 +313,16 @@ TfLiteStatus Eval(TfLiteContext* context, TfLiteNode* node) {
     }
   }
   void* scratch = context->GetScratchBuffer(context, data->scratch_index);
-  const int8_t* x_data = tflite::micro::GetTensorData<int8_t>(x);
-  if (!kFloatArith) {
-    const int status = forge_recalib_s8_int(
-        x_data, tflite::micro::GetTensorData<int8_t>(y), data->n, data->hw, data->c,
-        beta, gamma_abs, reinterpret_cast<int32_t*>(data->state), &data->opts,
-        &data->quant, mode, scratch, ScratchBytes(data->c), &msg);
-    return status == FORGE_RECALIB_OK ? kTfLiteOk : Fail(msg);
-  }
-  // The best variant this build compiles (forge_recalib.h: the Cortex-M DSP or
-  // Helium one when the build defines FORGE_RECALIB_CORTEXM, else ansi).
-  const int status = FORGE_RECALIB_S8_TARGET(
-      x_data, tflite::micro::GetTensorData<int8_t>(y), data->n, data->hw,
-      data->c, beta, gamma_abs, data->state, &data->opts, &data->quant,
-      mode, scratch, ScratchBytes(data->c), &msg);
+  const forge_recalib_args args = {
+      tflite::micro::GetTensorData<int8_t>(x), tflite::micro::GetTensorData<int8_t>(y),
+      data->n, data->hw, data->c, beta, gamma_abs, data->state, &data->opts,
+      &data->quant, mode, FORGE_RECALIB_PATH_AUTO, scratch, ScratchBytes(data->c)};
+  // The integer arithmetic alone (FORGE_RECALIB_INT_ONLY), else the best
+  // variant this build compiles (forge_recalib.h: the Cortex-M DSP or Helium
+  // one when the build defines FORGE_RECALIB_CORTEXM, the S3's with
+  // FORGE_RECALIB_ESP32S3, else ansi).
+  const int status = kFloatArith ? FORGE_RECALIB_S8_TARGET(&args, &msg)
+                                 : forge_recalib_s8_int(&args, &msg);
   if (status != FORGE_RECALIB_OK) return Fail(msg);
   return kTfLiteOk;
 }

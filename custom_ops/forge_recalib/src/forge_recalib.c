@@ -2,12 +2,11 @@
  *
  * Arithmetic is normative (custom_ops/forge_recalib/SPEC.md); every float
  * expression below is a separately rounded float32 operation in the spec's
- * order. Optimized variants (e.g. forge_recalib_s8_esp32s3) must be bit-exact
- * to this file. With FORGE_RECALIB_X86 (host build, setup.py) it also defines
- * forge_recalib_s8_x86*, the same invocation with the hot loops of
- * forge_recalib_x86.c; without it this file is plain C99 as before.
+ * order. Target variants (forge_recalib_<target>.c) hand their hot loops to
+ * forge_recalib_s8_hooked and must be bit-exact to this file.
  */
 #include "forge_recalib.h"
+#include "forge_recalib_internal.h"
 
 #include <float.h>
 #include <math.h>
@@ -16,12 +15,6 @@
 #if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD != 0
 #error "FORGE_RECALIB needs FLT_EVAL_METHOD == 0 (float math in float32)"
 #endif
-
-/* The integer arithmetic and the integer statistics pass (stats_pass), one
- * translation unit with this one: every build's source list stays as it is, and
- * the file alone is the object the FPU-less check inspects. */
-#define FORGE_RECALIB_INT_TU 1
-#include "forge_recalib_int.c"
 
 static int set_msg(const char** msg, int status, const char* text) {
   if (msg != NULL) *msg = text;
@@ -101,7 +94,7 @@ int forge_recalib_validate_options(const forge_recalib_options* opts,
                                    const char** msg) {
   if (opts == NULL) return set_msg(msg, FORGE_RECALIB_ERR_NULL, "options is NULL");
   if (opts->use_window == 0) {
-    if (!int_momentum_ok(opts->momentum)) {
+    if (!forge_recalib_momentum_ok(&opts->momentum)) {
       return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS,
                      "momentum must be a number in [0, 1]");
     }
@@ -113,7 +106,7 @@ int forge_recalib_validate_options(const forge_recalib_options* opts,
     return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS,
                    "exactly one of momentum or window must be set");
   }
-  if (!int_eps_ok(opts->eps)) {
+  if (!forge_recalib_eps_ok(&opts->eps)) {
     return set_msg(msg, FORGE_RECALIB_ERR_OPTIONS,
                    "eps must be finite and > 0");
   }
@@ -163,7 +156,7 @@ static int32_t int_six_over_scale(uint32_t sy_bits) {
 /* s in [2^-40, 2^40] (0x2B800000 .. 0x53800000), on its bits: NaN, negative
  * values and -0.0 are outside, as the float comparisons have them. */
 static int scale_ok(float s) {
-  const uint32_t b = bits_of(&s);
+  const uint32_t b = forge_recalib_bits_of(&s);
   return b >= 0x2B800000u && b <= 0x53800000u;
 }
 
@@ -201,7 +194,7 @@ int forge_recalib_prepare_quant_int(const forge_recalib_options* opts, float s_x
     qmin = z_y; /* max(-128, z_y) */
   }
   if (opts->activation == FORGE_RECALIB_ACT_RELU6) {
-    const int32_t six_q = int_six_over_scale(bits_of(&s_y));
+    const int32_t six_q = int_six_over_scale(forge_recalib_bits_of(&s_y));
     if (six_q >= 0 && z_y + six_q < qmax) qmax = z_y + six_q;
   }
   memset(quant, 0, sizeof(*quant)); /* the float constants stay 0.0f */
@@ -240,7 +233,7 @@ int forge_recalib_check_targets(const float* beta, const float* gamma_abs,
     return set_msg(msg, FORGE_RECALIB_ERR_SHAPE,
                    "channel count must be in [1, 65536]");
   }
-  return int_check_targets(beta, gamma_abs, C, msg); /* on bits: no float op */
+  return forge_recalib_check_target_bits(beta, gamma_abs, C, msg); /* on bits: no float op */
 }
 
 int forge_recalib_state_reset(const float* beta, const float* gamma_abs,
@@ -361,221 +354,177 @@ static void lut_pass(const int8_t* x, int8_t* y, int32_t M, int32_t C,
   }
 }
 
-/* The whole invocation; `simd` > 0 (a FORGE_RECALIB_X86_* cap) lets the host
- * build's x86 loops (forge_recalib_x86.c) replace stats_pass/affine_pass when
- * they apply. */
-static int s8_run(const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
-                  const float* beta, const float* gamma_abs, float* state,
-                  const forge_recalib_options* opts,
-                  const forge_recalib_quant* quant, int32_t mode, int32_t path,
-                  void* scratch, size_t scratch_bytes, const char** msg,
-                  int simd, const forge_recalib_hooks* hooks) {
-  int32_t M, c;
-  int status;
-  int use_lut;
-  int64_t* s2;
-  int32_t *s1, *s2_blk;
-  float *a, *b;
-  uint8_t* base = (uint8_t*)scratch;
-  (void)simd; /* Unused without FORGE_RECALIB_X86. */
 
-  if (x == NULL || y == NULL || beta == NULL || gamma_abs == NULL ||
-      state == NULL || opts == NULL || quant == NULL || scratch == NULL) {
+/* Validates one invocation and chooses its per-element path (*use_lut). */
+static int check_call(const forge_recalib_args* a, const forge_recalib_hooks* hooks,
+                      int* use_lut, const char** msg) {
+  int status;
+  if (a == NULL || a->x == NULL || a->y == NULL || a->beta == NULL ||
+      a->gamma_abs == NULL || a->state == NULL || a->opts == NULL ||
+      a->quant == NULL || a->scratch == NULL) {
     return set_msg(msg, FORGE_RECALIB_ERR_NULL, "a required pointer is NULL");
   }
-  status = check_shape(N, HW, C, msg);
+  status = check_shape(a->n, a->hw, a->c, msg);
   if (status != FORGE_RECALIB_OK) return status;
-  status = forge_recalib_validate_options(opts, msg);
+  status = forge_recalib_validate_options(a->opts, msg);
   if (status != FORGE_RECALIB_OK) return status;
-  if (quant->magic != FORGE_RECALIB_QUANT_MAGIC) {
+  if (a->quant->magic != FORGE_RECALIB_QUANT_MAGIC) {
     return set_msg(msg, FORGE_RECALIB_ERR_QUANT,
                    "quant was not built by forge_recalib_prepare_quant");
   }
-  if (quant->activation != opts->activation) {
+  if (a->quant->activation != a->opts->activation) {
     return set_msg(msg, FORGE_RECALIB_ERR_QUANT,
                    "quant was prepared for a different activation");
   }
-  if (mode != FORGE_RECALIB_MODE_ADAPT && mode != FORGE_RECALIB_MODE_FROZEN &&
-      mode != FORGE_RECALIB_MODE_SOURCE) {
+  if (a->mode != FORGE_RECALIB_MODE_ADAPT && a->mode != FORGE_RECALIB_MODE_FROZEN &&
+      a->mode != FORGE_RECALIB_MODE_SOURCE) {
     return set_msg(msg, FORGE_RECALIB_ERR_MODE, "unknown mode");
   }
-  if (path != FORGE_RECALIB_PATH_AUTO && path != FORGE_RECALIB_PATH_AFFINE &&
-      path != FORGE_RECALIB_PATH_LUT) {
+  if (a->path != FORGE_RECALIB_PATH_AUTO && a->path != FORGE_RECALIB_PATH_AFFINE &&
+      a->path != FORGE_RECALIB_PATH_LUT) {
     return set_msg(msg, FORGE_RECALIB_ERR_MODE, "unknown per-element path");
   }
-  if (((uintptr_t)scratch & 7u) != 0) {
+  if (((uintptr_t)a->scratch & 7u) != 0) {
     return set_msg(msg, FORGE_RECALIB_ERR_SCRATCH,
                    "scratch must be 8-byte aligned");
   }
-  M = N * HW;
-  if (path == FORGE_RECALIB_PATH_AUTO) {
-    use_lut = M >= (hooks != NULL ? hooks->lut_min_m : FORGE_RECALIB_LUT_MIN_M) &&
-              scratch_bytes >= forge_recalib_scratch_bytes(C);
+  if (a->path == FORGE_RECALIB_PATH_AUTO) {
+    *use_lut = a->n * a->hw >=
+                   (hooks != NULL ? hooks->lut_min_m : FORGE_RECALIB_LUT_MIN_M) &&
+               a->scratch_bytes >= forge_recalib_scratch_bytes(a->c);
   } else {
-    use_lut = path == FORGE_RECALIB_PATH_LUT;
+    *use_lut = a->path == FORGE_RECALIB_PATH_LUT;
   }
-  if (scratch_bytes < (use_lut ? forge_recalib_scratch_bytes(C)
-                               : forge_recalib_scratch_bytes_affine(C))) {
+  if (a->scratch_bytes < (*use_lut ? forge_recalib_scratch_bytes(a->c)
+                                   : forge_recalib_scratch_bytes_affine(a->c))) {
     return set_msg(msg, FORGE_RECALIB_ERR_SCRATCH, "scratch too small");
   }
-  if (opts->arithmetic == FORGE_RECALIB_ARITH_INT) {
-    /* The integer arithmetic, with this target's stats pass and int loop. */
-    return int_run(x, y, N, HW, C, beta, gamma_abs, (int32_t*)state, opts, quant,
-                   mode, scratch, scratch_bytes, msg, hooks, simd);
-  }
+  return FORGE_RECALIB_OK;
+}
 
-  /* SPEC "Repair": a channel whose state is not usable restarts from its targets
-   * (is_finite_f is false for NaN; !(v >= 0) too). Source mode never reads it. */
-  for (c = 0; c < C && mode != FORGE_RECALIB_MODE_SOURCE; ++c) {
-    const float v = state[C + c];
+/* SPEC "Repair": a channel whose state is not usable restarts from its targets
+ * (is_finite_f is false for NaN; !(v >= 0) too). */
+static void repair_state(const forge_recalib_args* a, float* state) {
+  int32_t c;
+  for (c = 0; c < a->c; ++c) {
+    const float v = state[a->c + c];
     if (!is_finite_f(state[c]) || !(v >= 0.0f && v <= FLT_MAX)) {
-      state[c] = beta[c];
-      state[C + c] = gamma_abs[c] * gamma_abs[c];
+      state[c] = a->beta[c];
+      state[a->c + c] = a->gamma_abs[c] * a->gamma_abs[c];
     }
   }
+}
 
-  s2 = (int64_t*)base;
-  s1 = (int32_t*)(base + (size_t)8 * (size_t)C);
-  s2_blk = (int32_t*)(base + (size_t)12 * (size_t)C);
-  a = (float*)(base + (size_t)16 * (size_t)C);
-  b = (float*)(base + (size_t)20 * (size_t)C);
+/* SPEC steps 1-4: the batch's exact sums (the target's stats loop where it has
+ * one), its mean and variance, and the EMA update of the state. */
+static void update_state(const forge_recalib_args* a, const forge_recalib_hooks* hooks,
+                         float* state, uint8_t* base) {
+  const int32_t C = a->c, M = a->n * a->hw;
+  int64_t* s2 = (int64_t*)base;
+  int32_t* s1 = (int32_t*)(base + (size_t)8 * (size_t)C);
+  int32_t* s2_blk = (int32_t*)(base + (size_t)12 * (size_t)C);
+  const int64_t m64 = M;
+  const float m_f = (float)M;
+  const float mm_f = i64_to_f32(m64 * m64);
+  const int32_t m_zx = M * a->quant->z_x; /* |M * z_x| <= 2^22 * 128 */
+  const float s_x = a->quant->s_x, sx2 = a->quant->sx2;
+  const int running = a->opts->variance == FORGE_RECALIB_VAR_RUNNING;
+  float m, om;
+  int32_t c;
+  if (a->opts->use_window) {
+    m = (float)a->n / (float)a->opts->window;
+    if (m > 1.0f) m = 1.0f;
+  } else {
+    m = a->opts->momentum;
+  }
+  om = 1.0f - m;
+  if (!(hooks != NULL && hooks->stats != NULL &&
+        hooks->stats(a->x, M, C, s2, s1, s2_blk))) {
+    forge_recalib_stats_ansi(a->x, M, C, s2, s1, s2_blk);
+  }
+  for (c = 0; c < C; ++c) {
+    const int64_t s1c = s1[c];
+    /* S1 - M*z_x in int32: |S1 - M*z_x| <= 255 * M <= 255 * 2^22 < 2^31,
+     * so it is the SPEC's int64 value, converted the same (see i64_to_f32). */
+    const float mq = (float)(s1[c] - m_zx) / m_f;
+    const float mean_b = s_x * mq;
+    const float var_q = i64_to_f32(m64 * s2[c] - s1c * s1c) / mm_f;
+    const float var_b = sx2 * var_q;
+    const float mu_keep = om * state[c];
+    const float mu_add = m * mean_b;
+    const float mu_new = mu_keep + mu_add;
+    float v_used = var_b;
+    float var_keep, var_add;
+    if (running) {
+      const float d = mean_b - mu_new;
+      const float d2 = d * d;
+      v_used = var_b + d2;
+    }
+    var_keep = om * state[C + c];
+    var_add = m * v_used;
+    state[c] = mu_new;
+    state[C + c] = var_keep + var_add;
+  }
+}
 
-  if (mode == FORGE_RECALIB_MODE_ADAPT) {
-    const int64_t m64 = M;
-    const float m_f = (float)M;
-    const float mm_f = i64_to_f32(m64 * m64);
-    const int32_t m_zx = M * quant->z_x; /* |M * z_x| <= 2^22 * 128 */
-    const float s_x = quant->s_x, sx2 = quant->sx2;
-    const int running = opts->variance == FORGE_RECALIB_VAR_RUNNING;
-    float m, om;
-    if (opts->use_window) {
-      m = (float)N / (float)opts->window;
-      if (m > 1.0f) m = 1.0f;
+/* SPEC step 5 per channel into a/b; source mode uses the reset state's values,
+ * (beta, gamma_abs * gamma_abs): bit for bit a reset followed by a frozen call. */
+static void fill_coefficients(const forge_recalib_args* a, const float* state,
+                              float* ca, float* cb) {
+  /* Loop invariants in locals: the stores to ca/cb may alias *quant, *opts. */
+  const float eps = a->opts->eps, r = a->quant->r, inv_sy = a->quant->inv_sy,
+              zy_f = a->quant->zy_f;
+  const int32_t C = a->c;
+  int32_t c;
+  for (c = 0; c < C; ++c) {
+    const float g = a->gamma_abs[c];
+    if (a->mode == FORGE_RECALIB_MODE_SOURCE) {
+      coefficients(a->beta[c], g * g, a->beta[c], g, eps, r, inv_sy, zy_f, &ca[c],
+                   &cb[c]);
     } else {
-      m = opts->momentum;
-    }
-    om = 1.0f - m;
-    if (hooks != NULL && hooks->stats != NULL &&
-        hooks->stats(x, M, C, s2, s1, s2_blk)) {
-      /* Target variant's integer sums (exact: same S1/S2). */
-    } else
-#ifdef FORGE_RECALIB_X86
-    if (!(simd > 0 && forge_recalib_x86_stats(x, M, C, s2, s1, s2_blk, simd)))
-#endif
-      stats_pass(x, M, C, s2, s1, s2_blk);
-    for (c = 0; c < C; ++c) {
-      const int64_t s1c = s1[c];
-      /* S1 - M*z_x in int32: |S1 - M*z_x| <= 255 * M <= 255 * 2^22 < 2^31,
-       * so it is the SPEC's int64 value, converted the same (see i64_to_f32). */
-      const float mq = (float)(s1[c] - m_zx) / m_f;
-      const float mean_b = s_x * mq;
-      const float var_q = i64_to_f32(m64 * s2[c] - s1c * s1c) / mm_f;
-      const float var_b = sx2 * var_q;
-      const float mu_keep = om * state[c];
-      const float mu_add = m * mean_b;
-      const float mu_new = mu_keep + mu_add;
-      float v_used = var_b;
-      float var_keep, var_add;
-      if (running) {
-        const float d = mean_b - mu_new;
-        const float d2 = d * d;
-        v_used = var_b + d2;
-      }
-      var_keep = om * state[C + c];
-      var_add = m * v_used;
-      state[c] = mu_new;
-      state[C + c] = var_keep + var_add;
+      coefficients(state[c], state[C + c], a->beta[c], g, eps, r, inv_sy, zy_f,
+                   &ca[c], &cb[c]);
     }
   }
-  {
-    /* Loop invariants in locals: the stores to a/b may alias *quant, *opts. */
-    const float eps = opts->eps, r = quant->r, inv_sy = quant->inv_sy,
-                zy_f = quant->zy_f;
-    if (mode == FORGE_RECALIB_MODE_SOURCE) {
-      /* The reset state's values, (beta, gamma_abs * gamma_abs): bit for bit
-       * what a reset followed by a frozen invocation gives. */
-      for (c = 0; c < C; ++c) {
-        coefficients(beta[c], gamma_abs[c] * gamma_abs[c], beta[c], gamma_abs[c],
-                     eps, r, inv_sy, zy_f, &a[c], &b[c]);
-      }
-    } else {
-      for (c = 0; c < C; ++c) {
-        coefficients(state[c], state[C + c], beta[c], gamma_abs[c], eps, r,
-                     inv_sy, zy_f, &a[c], &b[c]);
-      }
-    }
+}
+
+/* The whole invocation; hooks (NULL: none) are a target variant's hot loops. */
+static int s8_run(const forge_recalib_args* a, const forge_recalib_hooks* hooks,
+                  const char** msg) {
+  int use_lut = 0;
+  uint8_t* base;
+  float *state, *ca, *cb;
+  int8_t* lut;
+  const int status = check_call(a, hooks, &use_lut, msg);
+  if (status != FORGE_RECALIB_OK) return status;
+  if (a->opts->arithmetic == FORGE_RECALIB_ARITH_INT) {
+    /* The integer arithmetic, with this target's stats pass and int loop. */
+    return forge_recalib_int_run(a, hooks, msg);
   }
+  base = (uint8_t*)a->scratch;
+  state = (float*)a->state;
+  ca = (float*)(base + (size_t)16 * (size_t)a->c);
+  cb = (float*)(base + (size_t)20 * (size_t)a->c);
+  lut = use_lut ? (int8_t*)(base + (size_t)24 * (size_t)a->c) : NULL;
+  if (a->mode != FORGE_RECALIB_MODE_SOURCE) repair_state(a, state);
+  if (a->mode == FORGE_RECALIB_MODE_ADAPT) update_state(a, hooks, state, base);
+  fill_coefficients(a, state, ca, cb);
   if (hooks != NULL && hooks->elementwise != NULL &&
-      hooks->elementwise(x, y, M, C, a, b, quant,
-                         use_lut ? (int8_t*)(base + (size_t)24 * (size_t)C)
-                                 : NULL)) {
+      hooks->elementwise(a->x, a->y, a->n * a->hw, a->c, ca, cb, a->quant, lut)) {
     /* Target variant's per-element pass (SPEC float32 order per element). */
   } else if (use_lut) {
-    lut_pass(x, y, M, C, a, b, quant, (int8_t*)(base + (size_t)24 * (size_t)C));
+    lut_pass(a->x, a->y, a->n * a->hw, a->c, ca, cb, a->quant, lut);
   } else {
-#ifdef FORGE_RECALIB_X86
-    if (!(simd > 0 && forge_recalib_x86_affine(x, y, M, C, a, b, quant, simd)))
-#endif
-      affine_pass(x, y, M, C, a, b, quant);
+    affine_pass(a->x, a->y, a->n * a->hw, a->c, ca, cb, a->quant);
   }
   return set_msg(msg, FORGE_RECALIB_OK, "ok");
 }
 
-int forge_recalib_s8_ansi_path(const int8_t* x, int8_t* y, int32_t N,
-                               int32_t HW, int32_t C, const float* beta,
-                               const float* gamma_abs, float* state,
-                               const forge_recalib_options* opts,
-                               const forge_recalib_quant* quant, int32_t mode,
-                               int32_t path, void* scratch,
-                               size_t scratch_bytes, const char** msg) {
-  return s8_run(x, y, N, HW, C, beta, gamma_abs, state, opts, quant, mode,
-                path, scratch, scratch_bytes, msg, 0, NULL);
+int forge_recalib_s8_ansi(const forge_recalib_args* args, const char** msg) {
+  return s8_run(args, NULL, msg);
 }
 
-int forge_recalib_s8_ansi(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
-                          int32_t C, const float* beta, const float* gamma_abs,
-                          float* state, const forge_recalib_options* opts,
-                          const forge_recalib_quant* quant, int32_t mode,
-                          void* scratch, size_t scratch_bytes,
-                          const char** msg) {
-  return forge_recalib_s8_ansi_path(x, y, N, HW, C, beta, gamma_abs, state,
-                                    opts, quant, mode, FORGE_RECALIB_PATH_AUTO,
-                                    scratch, scratch_bytes, msg);
+int forge_recalib_s8_hooked(const forge_recalib_args* args,
+                            const forge_recalib_hooks* hooks, const char** msg) {
+  return s8_run(args, hooks, msg);
 }
-
-int forge_recalib_s8_hooked(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
-                            int32_t C, const float* beta,
-                            const float* gamma_abs, float* state,
-                            const forge_recalib_options* opts,
-                            const forge_recalib_quant* quant, int32_t mode,
-                            int32_t path, const forge_recalib_hooks* hooks,
-                            void* scratch, size_t scratch_bytes,
-                            const char** msg) {
-  return s8_run(x, y, N, HW, C, beta, gamma_abs, state, opts, quant, mode,
-                path, scratch, scratch_bytes, msg, 0, hooks);
-}
-
-#ifdef FORGE_RECALIB_X86
-int forge_recalib_s8_x86_path(const int8_t* x, int8_t* y, int32_t N,
-                              int32_t HW, int32_t C, const float* beta,
-                              const float* gamma_abs, float* state,
-                              const forge_recalib_options* opts,
-                              const forge_recalib_quant* quant, int32_t mode,
-                              int32_t path, int32_t max_isa, void* scratch,
-                              size_t scratch_bytes, const char** msg) {
-  return s8_run(x, y, N, HW, C, beta, gamma_abs, state, opts, quant, mode,
-                path, scratch, scratch_bytes, msg,
-                max_isa > 0 ? max_isa : FORGE_RECALIB_X86_NONE, NULL);
-}
-
-int forge_recalib_s8_x86(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
-                         int32_t C, const float* beta, const float* gamma_abs,
-                         float* state, const forge_recalib_options* opts,
-                         const forge_recalib_quant* quant, int32_t mode,
-                         void* scratch, size_t scratch_bytes,
-                         const char** msg) {
-  return s8_run(x, y, N, HW, C, beta, gamma_abs, state, opts, quant, mode,
-                FORGE_RECALIB_PATH_AUTO, scratch, scratch_bytes, msg,
-                FORGE_RECALIB_X86_AVX512, NULL);
-}
-#endif  /* FORGE_RECALIB_X86 */

@@ -15,9 +15,10 @@
  *   forge_recalib_prepare_quant(&opts, s_x, z_x, s_y, z_y, &quant, &msg);
  *   forge_recalib_state_reset(beta, gamma_abs, C, state, &msg);  // 2*C floats
  *   scratch = buffer of forge_recalib_scratch_bytes(C) bytes, 8-byte aligned
- *   forge_recalib_s8_ansi(x, y, N, HW, C, beta, gamma_abs, state, &opts,
- *                         &quant, FORGE_RECALIB_MODE_ADAPT, scratch,
- *                         scratch_bytes, &msg);
+ *   forge_recalib_args args = {x, y, N, HW, C, beta, gamma_abs, state, &opts,
+ *                              &quant, FORGE_RECALIB_MODE_ADAPT,
+ *                              FORGE_RECALIB_PATH_AUTO, scratch, scratch_bytes};
+ *   forge_recalib_s8_ansi(&args, &msg);
  * Every function returns a forge_recalib_status; on error `*msg` (when msg is
  * not NULL) points to a static, NUL-terminated description and no output or
  * state byte has been written.
@@ -208,26 +209,30 @@ size_t forge_recalib_scratch_bytes_affine(int32_t C);
  * integer arithmetic's int32 state is the same size); 0 if C invalid. */
 size_t forge_recalib_state_bytes(int32_t C);
 
-/* One invocation on x[N][HW][C] -> y (same layout). y may equal x (in place)
- * (with arithmetic int, state holds 2*C int32: see forge_recalib_s8_int)
- * but must not otherwise overlap x; state must not overlap anything.
- * beta/gamma_abs are assumed validated (forge_recalib_state_reset or
- * forge_recalib_check_targets); they are not re-checked per call. */
-int forge_recalib_s8_ansi(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
-                          int32_t C, const float* beta, const float* gamma_abs,
-                          float* state, const forge_recalib_options* opts,
-                          const forge_recalib_quant* quant, int32_t mode,
-                          void* scratch, size_t scratch_bytes,
-                          const char** msg);
+/* One invocation's operands: x[n][hw][c] -> y (same layout). y may equal x
+ * (in place) but must not otherwise overlap x; state (2*c floats, or 2*c int32
+ * with arithmetic int) must not overlap anything. beta/gamma_abs are assumed
+ * validated (forge_recalib_state_reset or forge_recalib_check_targets); they are
+ * not re-checked per call. path is FORGE_RECALIB_PATH_AUTO (0) unless a test or
+ * benchmark forces the per-element path. */
+typedef struct {
+  const int8_t* x;
+  int8_t* y;
+  int32_t n, hw, c;
+  const float* beta;
+  const float* gamma_abs;
+  void* state;
+  const forge_recalib_options* opts;
+  const forge_recalib_quant* quant;
+  int32_t mode; /* forge_recalib_mode */
+  int32_t path; /* forge_recalib_path */
+  void* scratch;
+  size_t scratch_bytes;
+} forge_recalib_args;
 
-/* Same, with the per-element path forced (tests and benchmarks). */
-int forge_recalib_s8_ansi_path(const int8_t* x, int8_t* y, int32_t N,
-                               int32_t HW, int32_t C, const float* beta,
-                               const float* gamma_abs, float* state,
-                               const forge_recalib_options* opts,
-                               const forge_recalib_quant* quant, int32_t mode,
-                               int32_t path, void* scratch,
-                               size_t scratch_bytes, const char** msg);
+/* One invocation: the plain C core every build compiles; each target variant
+ * below has this signature and these results, bit for bit. */
+int forge_recalib_s8_ansi(const forge_recalib_args* args, const char** msg);
 
 /* ------------------------------------------ Integer arithmetic (option int)
  * SPEC.md "Integer arithmetic": src/forge_recalib_int.c, integer operations only
@@ -247,14 +252,10 @@ int forge_recalib_int_state_reset(const forge_recalib_quant* quant,
                                   const float* beta, const float* gamma_abs,
                                   int32_t C, int32_t* state, const char** msg);
 
-/* One invocation of the integer arithmetic; arguments as forge_recalib_s8_ansi
- * (opts->arithmetic must be FORGE_RECALIB_ARITH_INT), state int32 [2 C]. The
- * per-element pass is the affine one (scratch: forge_recalib_scratch_bytes_affine). */
-int forge_recalib_s8_int(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
-                         int32_t C, const float* beta, const float* gamma_abs,
-                         int32_t* state, const forge_recalib_options* opts,
-                         const forge_recalib_quant* quant, int32_t mode,
-                         void* scratch, size_t scratch_bytes, const char** msg);
+/* One invocation of the integer arithmetic (opts->arithmetic must be
+ * FORGE_RECALIB_ARITH_INT), state int32 [2 c]. The per-element pass is the affine
+ * one (scratch: forge_recalib_scratch_bytes_affine). */
+int forge_recalib_s8_int(const forge_recalib_args* args, const char** msg);
 
 /* Internal: the hot loops a target variant may replace (forge_recalib_s8_hooked
  * runs the whole invocation, validation and every float32 step of the SPEC
@@ -277,21 +278,16 @@ typedef struct {
                          int32_t shift, const forge_recalib_quant* quant);
 } forge_recalib_hooks;
 
-int forge_recalib_s8_hooked(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
-                            int32_t C, const float* beta,
-                            const float* gamma_abs, float* state,
-                            const forge_recalib_options* opts,
-                            const forge_recalib_quant* quant, int32_t mode,
-                            int32_t path, const forge_recalib_hooks* hooks,
-                            void* scratch, size_t scratch_bytes,
-                            const char** msg);
+int forge_recalib_s8_hooked(const forge_recalib_args* args,
+                            const forge_recalib_hooks* hooks, const char** msg);
 
 /* ------------------------------------------------- MCU target variants
  * Same contract and results, bit for bit (outputs and state), as
- * forge_recalib_s8_ansi*: the integer sums and the table lookups are
+ * forge_recalib_s8_ansi: the integer sums and the table lookups are
  * reorganized, every float32 step is the SPEC's, in its order. Each lives in
- * its own file, which compiles to nothing off its target, so a build may list
- * every file; forge_recalib.c (ansi) is always built.
+ * its own file, which compiles to nothing off its target, so every build
+ * compiles the one list of the op's sources (custom_ops/forge_recalib/
+ * sources.txt); forge_recalib.c (ansi) always runs.
  *
  *   forge_recalib_s8_cortexm  src/forge_recalib_cortexm.c  Armv7E-M / v8-M
  *       with the DSP extension (Cortex-M4/M7/M33/M55): SIMD32 stats pass,
@@ -323,50 +319,13 @@ int forge_recalib_s8_hooked(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
 #endif
 
 #if defined(FORGE_RECALIB_CORTEXM_AVAILABLE)
-int forge_recalib_s8_cortexm(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
-                             int32_t C, const float* beta,
-                             const float* gamma_abs, float* state,
-                             const forge_recalib_options* opts,
-                             const forge_recalib_quant* quant, int32_t mode,
-                             void* scratch, size_t scratch_bytes,
-                             const char** msg);
-/* Path forced (tests and benchmarks). */
-int forge_recalib_s8_cortexm_path(
-    const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
-    const float* beta, const float* gamma_abs, float* state,
-    const forge_recalib_options* opts, const forge_recalib_quant* quant,
-    int32_t mode, int32_t path, void* scratch, size_t scratch_bytes,
-    const char** msg);
+int forge_recalib_s8_cortexm(const forge_recalib_args* args, const char** msg);
 #endif
 #if defined(FORGE_RECALIB_MVE_AVAILABLE)
-int forge_recalib_s8_mve(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
-                         int32_t C, const float* beta, const float* gamma_abs,
-                         float* state, const forge_recalib_options* opts,
-                         const forge_recalib_quant* quant, int32_t mode,
-                         void* scratch, size_t scratch_bytes,
-                         const char** msg);
-int forge_recalib_s8_mve_path(const int8_t* x, int8_t* y, int32_t N,
-                              int32_t HW, int32_t C, const float* beta,
-                              const float* gamma_abs, float* state,
-                              const forge_recalib_options* opts,
-                              const forge_recalib_quant* quant, int32_t mode,
-                              int32_t path, void* scratch,
-                              size_t scratch_bytes, const char** msg);
+int forge_recalib_s8_mve(const forge_recalib_args* args, const char** msg);
 #endif
 #if defined(FORGE_RECALIB_ESP32S3_AVAILABLE)
-int forge_recalib_s8_esp32s3(const int8_t* x, int8_t* y, int32_t N,
-                             int32_t HW, int32_t C, const float* beta,
-                             const float* gamma_abs, float* state,
-                             const forge_recalib_options* opts,
-                             const forge_recalib_quant* quant, int32_t mode,
-                             void* scratch, size_t scratch_bytes,
-                             const char** msg);
-int forge_recalib_s8_esp32s3_path(
-    const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
-    const float* beta, const float* gamma_abs, float* state,
-    const forge_recalib_options* opts, const forge_recalib_quant* quant,
-    int32_t mode, int32_t path, void* scratch, size_t scratch_bytes,
-    const char** msg);
+int forge_recalib_s8_esp32s3(const forge_recalib_args* args, const char** msg);
 #endif
 
 #if defined(FORGE_RECALIB_CORTEXM) && defined(FORGE_RECALIB_MVE_AVAILABLE)
@@ -381,43 +340,23 @@ int forge_recalib_s8_esp32s3_path(
 
 #ifdef FORGE_RECALIB_X86
 /* Host-only variant (the Python extension defines FORGE_RECALIB_X86; MCU and
- * TFLM builds never see it): same contract and results, bit for bit, as
- * forge_recalib_s8_ansi*. On x86-64 the stats and affine passes use the
- * AVX2 / AVX-512F loops of forge_recalib_x86.c when the CPU has them (checked
- * at run time); elsewhere, for channel counts those loops do not cover and on
- * the LUT path the ansi loops run. */
-int forge_recalib_s8_x86(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
-                         int32_t C, const float* beta, const float* gamma_abs,
-                         float* state, const forge_recalib_options* opts,
-                         const forge_recalib_quant* quant, int32_t mode,
-                         void* scratch, size_t scratch_bytes,
-                         const char** msg);
+ * TFLM builds compile src/forge_recalib_x86.c to nothing): same contract and
+ * results, bit for bit, as forge_recalib_s8_ansi. On x86-64 its hooks run the
+ * stats and affine passes in AVX2 / AVX-512F loops when the CPU has them
+ * (checked at run time); elsewhere, for channel counts those loops do not cover
+ * and on the LUT path the ansi loops run. */
+int forge_recalib_s8_x86(const forge_recalib_args* args, const char** msg);
 
 /* Instruction sets of the x86 loops, in order. */
 #define FORGE_RECALIB_X86_NONE 0
 #define FORGE_RECALIB_X86_AVX2 1
 #define FORGE_RECALIB_X86_AVX512 2
 
-/* Same, with the path forced and the instruction set capped at max_isa (the
- * best the CPU has below it is used): tests and benchmarks. */
-int forge_recalib_s8_x86_path(const int8_t* x, int8_t* y, int32_t N,
-                              int32_t HW, int32_t C, const float* beta,
-                              const float* gamma_abs, float* state,
-                              const forge_recalib_options* opts,
-                              const forge_recalib_quant* quant, int32_t mode,
-                              int32_t path, int32_t max_isa, void* scratch,
-                              size_t scratch_bytes, const char** msg);
+/* The x86 hooks with the instruction set capped at max_isa (the best the CPU
+ * has below it is used), for forge_recalib_s8_hooked: tests and benchmarks. */
+const forge_recalib_hooks* forge_recalib_x86_hooks(int32_t max_isa);
 /* The best FORGE_RECALIB_X86_* this machine runs (0 off x86 / without AVX2). */
 int forge_recalib_x86_active(void);
-/* Internal (forge_recalib_x86.c -> forge_recalib.c): the stats pass and the
- * affine per-element pass over x[M][C]; return 0 without touching anything
- * when they do not apply (then the ansi loops run). */
-int forge_recalib_x86_stats(const int8_t* x, int32_t M, int32_t C,
-                            int64_t* s2, int32_t* s1, int32_t* s2_blk,
-                            int max_isa);
-int forge_recalib_x86_affine(const int8_t* x, int8_t* y, int32_t M, int32_t C,
-                             const float* a, const float* b,
-                             const forge_recalib_quant* quant, int max_isa);
 #endif  /* FORGE_RECALIB_X86 */
 
 #ifdef __cplusplus

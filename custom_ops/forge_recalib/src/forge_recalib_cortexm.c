@@ -653,28 +653,8 @@ static const forge_recalib_hooks kCortexmHooks = {
     cm_stats, cm_elementwise, FORGE_RECALIB_CORTEXM_LUT_MIN_M,
     cm_int_elementwise};
 
-int forge_recalib_s8_cortexm_path(
-    const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
-    const float* beta, const float* gamma_abs, float* state,
-    const forge_recalib_options* opts, const forge_recalib_quant* quant,
-    int32_t mode, int32_t path, void* scratch, size_t scratch_bytes,
-    const char** msg) {
-  return forge_recalib_s8_hooked(x, y, N, HW, C, beta, gamma_abs, state, opts,
-                                 quant, mode, path, &kCortexmHooks, scratch,
-                                 scratch_bytes, msg);
-}
-
-int forge_recalib_s8_cortexm(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
-                             int32_t C, const float* beta,
-                             const float* gamma_abs, float* state,
-                             const forge_recalib_options* opts,
-                             const forge_recalib_quant* quant, int32_t mode,
-                             void* scratch, size_t scratch_bytes,
-                             const char** msg) {
-  return forge_recalib_s8_cortexm_path(x, y, N, HW, C, beta, gamma_abs, state,
-                                       opts, quant, mode,
-                                       FORGE_RECALIB_PATH_AUTO, scratch,
-                                       scratch_bytes, msg);
+int forge_recalib_s8_cortexm(const forge_recalib_args* args, const char** msg) {
+  return forge_recalib_s8_hooked(args, &kCortexmHooks, msg);
 }
 
 #endif /* FORGE_RECALIB_CORTEXM_AVAILABLE */

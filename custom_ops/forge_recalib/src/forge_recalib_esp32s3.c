@@ -185,28 +185,8 @@ static int s3_elementwise(const int8_t* x, int8_t* y, int32_t M, int32_t C,
 static const forge_recalib_hooks kEsp32s3Hooks = {
     s3_stats, s3_elementwise, FORGE_RECALIB_ESP32S3_LUT_MIN_M, NULL};
 
-int forge_recalib_s8_esp32s3_path(
-    const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
-    const float* beta, const float* gamma_abs, float* state,
-    const forge_recalib_options* opts, const forge_recalib_quant* quant,
-    int32_t mode, int32_t path, void* scratch, size_t scratch_bytes,
-    const char** msg) {
-  return forge_recalib_s8_hooked(x, y, N, HW, C, beta, gamma_abs, state, opts,
-                                 quant, mode, path, &kEsp32s3Hooks, scratch,
-                                 scratch_bytes, msg);
-}
-
-int forge_recalib_s8_esp32s3(const int8_t* x, int8_t* y, int32_t N,
-                             int32_t HW, int32_t C, const float* beta,
-                             const float* gamma_abs, float* state,
-                             const forge_recalib_options* opts,
-                             const forge_recalib_quant* quant, int32_t mode,
-                             void* scratch, size_t scratch_bytes,
-                             const char** msg) {
-  return forge_recalib_s8_esp32s3_path(x, y, N, HW, C, beta, gamma_abs, state,
-                                       opts, quant, mode,
-                                       FORGE_RECALIB_PATH_AUTO, scratch,
-                                       scratch_bytes, msg);
+int forge_recalib_s8_esp32s3(const forge_recalib_args* args, const char** msg) {
+  return forge_recalib_s8_hooked(args, &kEsp32s3Hooks, msg);
 }
 
 #endif /* FORGE_RECALIB_ESP32S3_AVAILABLE */

@@ -10,15 +10,11 @@
  * file). int64 products and divisions are exact; on Armv6-M they are libgcc's
  * integer helpers. Right shifts of negative values are arithmetic (as in
  * gemmlowp/TFLite, which every target compiler here provides).
- *
- * forge_recalib.c includes this file (so every build's source list stays as it
- * is); compiled alone it needs -DFORGE_RECALIB_INT_TU, else it is empty.
  */
-#if defined(FORGE_RECALIB_INT_TU)
-
 #include <string.h>
 
 #include "forge_recalib.h"
+#include "forge_recalib_internal.h"
 
 /* Rows per block of the statistics pass: a block's C channels stay in cache while
  * each channel's rows are summed in registers (int32: 256 * 128^2 = 2^22). */
@@ -49,8 +45,8 @@ static int32_t int_clz(uint32_t v) { /* v != 0 */
 /* Integer statistics over M rows of C channels: exact (SPEC step 1). Channel by
  * channel within blocks of rows, so that a core without SIMD keeps both sums in
  * registers (s2_blk, the variants' scratch, is not needed here). */
-static void stats_pass(const int8_t* x, int32_t M, int32_t C, int64_t* s2,
-                       int32_t* s1, int32_t* s2_blk) {
+void forge_recalib_stats_ansi(const int8_t* x, int32_t M, int32_t C, int64_t* s2,
+                              int32_t* s1, int32_t* s2_blk) {
   int32_t c, row;
   (void)s2_blk;
   for (c = 0; c < C; ++c) {
@@ -152,7 +148,7 @@ static uint64_t rshift_round(uint64_t x, int32_t e) {
   return (x + ((uint64_t)1 << (e - 1))) >> e;
 }
 
-static uint32_t bits_of(const float* f) {
+uint32_t forge_recalib_bits_of(const float* f) {
   uint32_t b;
   memcpy(&b, f, sizeof(b)); /* an integer load: no float operation */
   return b;
@@ -236,9 +232,9 @@ typedef struct {
 static int_tensor int_tensor_of(const forge_recalib_quant* quant,
                                 const forge_recalib_options* opts) {
   int_tensor t;
-  t.inv_sx = fx_div(kFxOne, fx_of(bits_of(&quant->s_x)));
-  t.inv_sy = fx_div(kFxOne, fx_of(bits_of(&quant->s_y)));
-  t.eps_v = (int32_t)fx_fixed(fx_mul(fx_of(bits_of(&opts->eps)),
+  t.inv_sx = fx_div(kFxOne, fx_of(forge_recalib_bits_of(&quant->s_x)));
+  t.inv_sy = fx_div(kFxOne, fx_of(forge_recalib_bits_of(&quant->s_y)));
+  t.eps_v = (int32_t)fx_fixed(fx_mul(fx_of(forge_recalib_bits_of(&opts->eps)),
                                      fx_mul(t.inv_sx, t.inv_sx)),
                               INT_VAR_FRAC, 1, FORGE_RECALIB_INT_VAR_MAX);
   return t;
@@ -250,14 +246,14 @@ static int32_t int_rate(const forge_recalib_options* opts, int32_t N) {
     const int64_t m = div_round((int64_t)N << 31, opts->window);
     return m > INT32_MAX ? INT32_MAX : (int32_t)m;
   }
-  return (int32_t)fx_fixed(fx_of(bits_of(&opts->momentum)), 31, 0, INT32_MAX);
+  return (int32_t)fx_fixed(fx_of(forge_recalib_bits_of(&opts->momentum)), 31, 0, INT32_MAX);
 }
 
 /* Channel c's reset values (I1): beta / s_x (Q16), (gamma_abs / s_x)^2 (Q12). */
 static void int_reset_channel(const float* beta, const float* gamma_abs,
                               int32_t c, fx_t inv_sx, int32_t* mu, int32_t* var) {
-  const fx_t gx = fx_mul(fx_of(bits_of(&gamma_abs[c])), inv_sx);
-  *mu = (int32_t)fx_fixed(fx_mul(fx_of(bits_of(&beta[c])), inv_sx), INT_MU_FRAC,
+  const fx_t gx = fx_mul(fx_of(forge_recalib_bits_of(&gamma_abs[c])), inv_sx);
+  *mu = (int32_t)fx_fixed(fx_mul(fx_of(forge_recalib_bits_of(&beta[c])), inv_sx), INT_MU_FRAC,
                           -FORGE_RECALIB_INT_MU_MAX, FORGE_RECALIB_INT_MU_MAX);
   *var = (int32_t)fx_fixed(fx_mul(gx, gx), INT_VAR_FRAC, 0,
                            FORGE_RECALIB_INT_VAR_MAX);
@@ -288,7 +284,7 @@ static fx_t int_gain(int32_t var, const float* gamma_abs, int32_t c,
                      const int_tensor* t) {
   int64_t vpe = (int64_t)var + t->eps_v;
   if (vpe > FORGE_RECALIB_INT_VAR_MAX) vpe = FORGE_RECALIB_INT_VAR_MAX;
-  return fx_mul(fx_mul(fx_of(bits_of(&gamma_abs[c])), t->inv_sy),
+  return fx_mul(fx_mul(fx_of(forge_recalib_bits_of(&gamma_abs[c])), t->inv_sy),
                 int_inv_sqrt((int32_t)vpe));
 }
 
@@ -304,7 +300,7 @@ static void int_fold(fx_t a, int32_t mu, const float* beta, int32_t c,
                      const int_tensor* t, int32_t z_x, int32_t z_y, int32_t s,
                      int32_t* mult, int32_t* bias) {
   const int64_t m = fx_fixed(a, s, 0, FORGE_RECALIB_INT_MULT_MAX);
-  const int64_t by = fx_fixed(fx_mul(fx_of(bits_of(&beta[c])), t->inv_sy), s,
+  const int64_t by = fx_fixed(fx_mul(fx_of(forge_recalib_bits_of(&beta[c])), t->inv_sy), s,
                               -((int64_t)1 << 40), (int64_t)1 << 40);
   int64_t b = by + (int64_t)z_y * ((int64_t)1 << s) + ((int64_t)1 << (s - 1)) -
               (int64_t)z_x * m - rdbpot64((int64_t)mu * m, INT_MU_FRAC);
@@ -373,11 +369,11 @@ static void int_affine_pass(const int8_t* x, int8_t* y, int32_t M, int32_t C,
 /* |beta| <= 2^40 and 0 <= gamma_abs <= 2^40 (SPEC "Validation") on the bits
  * (0x53800000: 2^40; NaN and inf are above it; -0.0 is a zero gamma_abs), so
  * forge_recalib_check_targets shares it without a float comparison. */
-static int int_check_targets(const float* beta, const float* gamma_abs, int32_t C,
+int forge_recalib_check_target_bits(const float* beta, const float* gamma_abs, int32_t C,
                              const char** msg) {
   int32_t c;
   for (c = 0; c < C; ++c) {
-    const uint32_t b = bits_of(&beta[c]), g = bits_of(&gamma_abs[c]);
+    const uint32_t b = forge_recalib_bits_of(&beta[c]), g = forge_recalib_bits_of(&gamma_abs[c]);
     if ((b & 0x7FFFFFFFu) > 0x53800000u) {
       return int_msg(msg, FORGE_RECALIB_ERR_TARGETS,
                      "beta must be finite with |beta| <= 2^40");
@@ -392,13 +388,13 @@ static int int_check_targets(const float* beta, const float* gamma_abs, int32_t 
 
 /* momentum in [0, 1] (-0.0 included, NaN not) and eps finite and > 0, on their
  * bits: the sets the float comparisons accept, without a float operation. */
-static int int_momentum_ok(float m) {
-  const uint32_t b = bits_of(&m);
+int forge_recalib_momentum_ok(const float* m) {
+  const uint32_t b = forge_recalib_bits_of(m);
   return b <= 0x3F800000u || b == 0x80000000u;
 }
 
-static int int_eps_ok(float e) {
-  const uint32_t b = bits_of(&e);
+int forge_recalib_eps_ok(const float* e) {
+  const uint32_t b = forge_recalib_bits_of(e);
   return b > 0u && b < 0x7F800000u;
 }
 
@@ -410,9 +406,9 @@ static int int_options_ok(const forge_recalib_options* opts) {
       opts->variance != FORGE_RECALIB_VAR_RUNNING) {
     return 0;
   }
-  if (!int_eps_ok(opts->eps)) return 0;
+  if (!forge_recalib_eps_ok(&opts->eps)) return 0;
   if (opts->use_window == 1) return opts->window >= 1;
-  return opts->use_window == 0 && int_momentum_ok(opts->momentum);
+  return opts->use_window == 0 && forge_recalib_momentum_ok(&opts->momentum);
 }
 
 int forge_recalib_int_state_reset(const forge_recalib_quant* quant,
@@ -430,10 +426,10 @@ int forge_recalib_int_state_reset(const forge_recalib_quant* quant,
     return int_msg(msg, FORGE_RECALIB_ERR_QUANT,
                    "quant was not built by forge_recalib_prepare_quant");
   }
-  if (int_check_targets(beta, gamma_abs, C, msg) != FORGE_RECALIB_OK) {
+  if (forge_recalib_check_target_bits(beta, gamma_abs, C, msg) != FORGE_RECALIB_OK) {
     return FORGE_RECALIB_ERR_TARGETS;
   }
-  t.inv_sx = fx_div(kFxOne, fx_of(bits_of(&quant->s_x)));
+  t.inv_sx = fx_div(kFxOne, fx_of(forge_recalib_bits_of(&quant->s_x)));
   for (c = 0; c < C; ++c) {
     int_reset_channel(beta, gamma_abs, c, t.inv_sx, &state[c], &state[C + c]);
   }
@@ -441,30 +437,31 @@ int forge_recalib_int_state_reset(const forge_recalib_quant* quant,
 }
 
 /* Validates one call of forge_recalib_s8_int. */
-static int int_check(const int8_t* x, const int8_t* y, int32_t N, int32_t HW,
-                     int32_t C, const float* beta, const float* gamma_abs,
-                     const int32_t* state, const forge_recalib_options* opts,
-                     const forge_recalib_quant* quant, int32_t mode,
-                     const void* scratch, size_t scratch_bytes, const char** msg) {
-  if (x == NULL || y == NULL || beta == NULL || gamma_abs == NULL ||
-      state == NULL || opts == NULL || quant == NULL || scratch == NULL) {
+static int int_check(const forge_recalib_args* a, const char** msg) {
+  const forge_recalib_options* opts;
+  if (a == NULL || a->x == NULL || a->y == NULL || a->beta == NULL ||
+      a->gamma_abs == NULL || a->state == NULL || a->opts == NULL ||
+      a->quant == NULL || a->scratch == NULL) {
     return int_msg(msg, FORGE_RECALIB_ERR_NULL, "a required pointer is NULL");
   }
-  if (N < 1 || HW < 1 || N > FORGE_RECALIB_MAX_M || HW > FORGE_RECALIB_MAX_M ||
-      (int64_t)N * HW > FORGE_RECALIB_MAX_M || C < 1 || C > FORGE_RECALIB_MAX_C) {
+  opts = a->opts;
+  if (a->n < 1 || a->hw < 1 || a->n > FORGE_RECALIB_MAX_M ||
+      a->hw > FORGE_RECALIB_MAX_M || (int64_t)a->n * a->hw > FORGE_RECALIB_MAX_M ||
+      a->c < 1 || a->c > FORGE_RECALIB_MAX_C) {
     return int_msg(msg, FORGE_RECALIB_ERR_SHAPE, "N*H*W or C out of range");
   }
   if (!int_options_ok(opts)) {
     return int_msg(msg, FORGE_RECALIB_ERR_OPTIONS, "invalid options for arithmetic int");
   }
-  if (quant->magic != FORGE_RECALIB_QUANT_MAGIC || quant->activation != opts->activation) {
+  if (a->quant->magic != FORGE_RECALIB_QUANT_MAGIC ||
+      a->quant->activation != opts->activation) {
     return int_msg(msg, FORGE_RECALIB_ERR_QUANT, "quant not prepared for these options");
   }
-  if (mode != FORGE_RECALIB_MODE_ADAPT && mode != FORGE_RECALIB_MODE_FROZEN &&
-      mode != FORGE_RECALIB_MODE_SOURCE) {
+  if (a->mode != FORGE_RECALIB_MODE_ADAPT && a->mode != FORGE_RECALIB_MODE_FROZEN &&
+      a->mode != FORGE_RECALIB_MODE_SOURCE) {
     return int_msg(msg, FORGE_RECALIB_ERR_MODE, "unknown mode");
   }
-  if (((uintptr_t)scratch & 7u) != 0 || scratch_bytes < (size_t)24 * (size_t)C) {
+  if (((uintptr_t)a->scratch & 7u) != 0 || a->scratch_bytes < (size_t)24 * (size_t)a->c) {
     return int_msg(msg, FORGE_RECALIB_ERR_SCRATCH,
                    "scratch too small or not 8-byte aligned");
   }
@@ -501,69 +498,58 @@ static fx_t int_channel(int32_t c, int32_t C, const int32_t* s1, const int64_t* 
   return int_gain(var, gamma_abs, c, t);
 }
 
-/* The invocation; hooks (may be NULL) and simd (x86 builds) choose the
- * target's stats pass and per-element loop (integer results are the same). */
-static int int_run(const int8_t* x, int8_t* y, int32_t N, int32_t HW, int32_t C,
-                   const float* beta, const float* gamma_abs, int32_t* state,
-                   const forge_recalib_options* opts,
-                   const forge_recalib_quant* quant, int32_t mode, void* scratch,
-                   size_t scratch_bytes, const char** msg,
-                   const forge_recalib_hooks* hooks, int simd) {
+/* The invocation; hooks (may be NULL) choose the target's stats pass and
+ * per-element loop (integer results are the same). */
+int forge_recalib_int_run(const forge_recalib_args* a, const forge_recalib_hooks* hooks,
+                          const char** msg) {
   /* Scratch as the float path's (SPEC "Scratch"): S2, S1, then the S2 block
    * sums' area holds the gains' exponents once the sums are read, A the
    * multipliers (first the gains' mantissas) and B the biases (first mu). */
-  uint8_t* base = (uint8_t*)scratch;
-  int64_t* s2 = (int64_t*)base;
+  const int status = int_check(a, msg);
+  const int32_t C = status == FORGE_RECALIB_OK ? a->c : 0, M = C ? a->n * a->hw : 0;
+  uint8_t* base;
+  int64_t* s2;
   int32_t *s1, *aexp, *mult, *bias, c, e = -1, s, m31;
   int_tensor t;
-  const int status = int_check(x, y, N, HW, C, beta, gamma_abs, state, opts, quant,
-                               mode, scratch, scratch_bytes, msg);
-  (void)simd; /* Unused without FORGE_RECALIB_X86. */
   if (status != FORGE_RECALIB_OK) return status;
+  base = (uint8_t*)a->scratch;
+  s2 = (int64_t*)base;
   s1 = (int32_t*)(base + (size_t)8 * (size_t)C);
   aexp = (int32_t*)(base + (size_t)12 * (size_t)C);
   mult = (int32_t*)(base + (size_t)16 * (size_t)C);
   bias = (int32_t*)(base + (size_t)20 * (size_t)C);
-  t = int_tensor_of(quant, opts);
-  m31 = int_rate(opts, N);
-  if (mode == FORGE_RECALIB_MODE_ADAPT &&
+  t = int_tensor_of(a->quant, a->opts);
+  m31 = int_rate(a->opts, a->n);
+  if (a->mode == FORGE_RECALIB_MODE_ADAPT &&
       !(hooks != NULL && hooks->stats != NULL &&
-        hooks->stats(x, N * HW, C, s2, s1, aexp))) {
-#ifdef FORGE_RECALIB_X86
-    if (!(simd > 0 && forge_recalib_x86_stats(x, N * HW, C, s2, s1, aexp, simd)))
-#endif
-      stats_pass(x, N * HW, C, s2, s1, aexp);
+        hooks->stats(a->x, M, C, s2, s1, aexp))) {
+    forge_recalib_stats_ansi(a->x, M, C, s2, s1, aexp);
   }
   for (c = 0; c < C; ++c) {
-    const fx_t a = int_channel(c, C, s1, s2, N * HW, beta, gamma_abs, state, opts,
-                               quant, mode, &t, m31, &bias[c]);
-    const int32_t ec = int_gain_exp(a);
-    mult[c] = (int32_t)a.mant; /* A >= 0: gamma_abs >= 0 (or -0: mant 0) */
-    aexp[c] = a.exp;
+    const fx_t g = int_channel(c, C, s1, s2, M, a->beta, a->gamma_abs,
+                               (int32_t*)a->state, a->opts, a->quant, a->mode, &t,
+                               m31, &bias[c]);
+    const int32_t ec = int_gain_exp(g);
+    mult[c] = (int32_t)g.mant; /* A >= 0: gamma_abs >= 0 (or -0: mant 0) */
+    aexp[c] = g.exp;
     if (ec > e) e = ec;
   }
   s = 21 - e; /* I6: every multiplier <= 2^22 */
   for (c = 0; c < C; ++c) {
-    fx_t a;
-    a.neg = 0;
-    a.mant = (uint32_t)mult[c];
-    a.exp = aexp[c];
-    int_fold(a, bias[c], beta, c, &t, quant->z_x, quant->z_y, s, &mult[c], &bias[c]);
+    fx_t g;
+    g.neg = 0;
+    g.mant = (uint32_t)mult[c];
+    g.exp = aexp[c];
+    int_fold(g, bias[c], a->beta, c, &t, a->quant->z_x, a->quant->z_y, s, &mult[c],
+             &bias[c]);
   }
   if (!(hooks != NULL && hooks->int_elementwise != NULL &&
-        hooks->int_elementwise(x, y, N * HW, C, mult, bias, s, quant))) {
-    int_affine_pass(x, y, N * HW, C, mult, bias, s, quant->qmin, quant->qmax);
+        hooks->int_elementwise(a->x, a->y, M, C, mult, bias, s, a->quant))) {
+    int_affine_pass(a->x, a->y, M, C, mult, bias, s, a->quant->qmin, a->quant->qmax);
   }
   return int_msg(msg, FORGE_RECALIB_OK, "ok");
 }
 
-int forge_recalib_s8_int(const int8_t* x, int8_t* y, int32_t N, int32_t HW,
-                         int32_t C, const float* beta, const float* gamma_abs,
-                         int32_t* state, const forge_recalib_options* opts,
-                         const forge_recalib_quant* quant, int32_t mode,
-                         void* scratch, size_t scratch_bytes, const char** msg) {
-  return int_run(x, y, N, HW, C, beta, gamma_abs, state, opts, quant, mode, scratch,
-                 scratch_bytes, msg, NULL, 0);
+int forge_recalib_s8_int(const forge_recalib_args* args, const char** msg) {
+  return forge_recalib_int_run(args, NULL, msg);
 }
-
-#endif /* FORGE_RECALIB_INT_TU */

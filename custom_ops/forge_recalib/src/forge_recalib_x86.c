@@ -1,10 +1,11 @@
 /* FORGE_RECALIB hot loops for x86-64 hosts: stats pass (AVX2), affine pass
  * (AVX-512F or AVX2).
  *
- * Host build only (FORGE_RECALIB_X86, set by setup.py); forge_recalib.c calls
- * these from forge_recalib_s8_x86*. The loops carry target attributes and run
- * only when the CPU reports the instruction set, so the extension still loads
- * on any x86-64 (and off x86 this file reduces to "not handled").
+ * Host build only (FORGE_RECALIB_X86, set by setup.py; every other build
+ * compiles this file to nothing): hooks for forge_recalib_s8_hooked, like the
+ * MCU variants'. The loops carry target attributes and run only when the CPU
+ * reports the instruction set, so the extension still loads on any x86-64 (and
+ * off x86 the hooks leave every loop to the ansi core).
  *
  * Bit-exact to forge_recalib_s8_ansi: the integer sums are exact in any order,
  * and every float step is the same IEEE float32 operation per lane, in SPEC
@@ -19,9 +20,7 @@
  */
 #include "forge_recalib.h"
 
-#ifndef FORGE_RECALIB_X86
-#error "forge_recalib_x86.c belongs to the host build: define FORGE_RECALIB_X86"
-#endif
+#ifdef FORGE_RECALIB_X86
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define FORGE_RECALIB_X86_SIMD 1
@@ -127,9 +126,8 @@ __attribute__((target("avx2"))) static void stats_avx2(
   }
 }
 
-int forge_recalib_x86_stats(const int8_t* x, int32_t M, int32_t C,
-                            int64_t* s2, int32_t* s1, int32_t* s2_blk,
-                            int max_isa) {
+static int x86_stats(const int8_t* x, int32_t M, int32_t C, int64_t* s2,
+                     int32_t* s1, int32_t* s2_blk, int max_isa) {
   /* AVX2 only: the affine pass dominates (~2/3 of adapt); a 512-bit stats
    * loop was not tried. */
   const int32_t P =
@@ -261,9 +259,9 @@ static int8_t requantize1(int32_t q, int32_t z_x, float a, float b,
   return (int8_t)((int32_t)(v + 128.5f) - 128);
 }
 
-int forge_recalib_x86_affine(const int8_t* x, int8_t* y, int32_t M, int32_t C,
-                             const float* a, const float* b,
-                             const forge_recalib_quant* quant, int max_isa) {
+static int x86_affine(const int8_t* x, int8_t* y, int32_t M, int32_t C,
+                      const float* a, const float* b,
+                      const forge_recalib_quant* quant, int max_isa) {
   const int isa = x86_isa(max_isa);
   const size_t total = (size_t)M * (size_t)C;
   size_t nper, idx;
@@ -302,23 +300,61 @@ int forge_recalib_x86_affine(const int8_t* x, int8_t* y, int32_t M, int32_t C,
   return 1;
 }
 
+/* The hooks per instruction-set cap: the stats loop is AVX2 at either cap. */
+static int hook_stats(const int8_t* x, int32_t M, int32_t C, int64_t* s2,
+                      int32_t* s1, int32_t* s2_blk) {
+  return x86_stats(x, M, C, s2, s1, s2_blk, FORGE_RECALIB_X86_AVX2);
+}
+
+static int affine_cap(const int8_t* x, int8_t* y, int32_t M, int32_t C,
+                      const float* a, const float* b,
+                      const forge_recalib_quant* quant, const int8_t* lut,
+                      int max_isa) {
+  return lut == NULL && x86_affine(x, y, M, C, a, b, quant, max_isa);
+}
+
+static int hook_affine_avx2(const int8_t* x, int8_t* y, int32_t M, int32_t C,
+                            const float* a, const float* b,
+                            const forge_recalib_quant* quant, int8_t* lut) {
+  return affine_cap(x, y, M, C, a, b, quant, lut, FORGE_RECALIB_X86_AVX2);
+}
+
+static int hook_affine_avx512(const int8_t* x, int8_t* y, int32_t M, int32_t C,
+                              const float* a, const float* b,
+                              const forge_recalib_quant* quant, int8_t* lut) {
+  return affine_cap(x, y, M, C, a, b, quant, lut, FORGE_RECALIB_X86_AVX512);
+}
+
+static const forge_recalib_hooks kX86Hooks[] = {
+    {NULL, NULL, FORGE_RECALIB_LUT_MIN_M, NULL},
+    {hook_stats, hook_affine_avx2, FORGE_RECALIB_LUT_MIN_M, NULL},
+    {hook_stats, hook_affine_avx512, FORGE_RECALIB_LUT_MIN_M, NULL},
+};
+
 #else  /* !FORGE_RECALIB_X86_SIMD: nothing to dispatch to. */
 
 int forge_recalib_x86_active(void) { return FORGE_RECALIB_X86_NONE; }
 
-int forge_recalib_x86_stats(const int8_t* x, int32_t M, int32_t C,
-                            int64_t* s2, int32_t* s1, int32_t* s2_blk,
-                            int max_isa) {
-  (void)x, (void)M, (void)C, (void)s2, (void)s1, (void)s2_blk, (void)max_isa;
-  return 0;
-}
-
-int forge_recalib_x86_affine(const int8_t* x, int8_t* y, int32_t M, int32_t C,
-                             const float* a, const float* b,
-                             const forge_recalib_quant* quant, int max_isa) {
-  (void)x, (void)y, (void)M, (void)C, (void)a, (void)b, (void)quant;
-  (void)max_isa;
-  return 0;
-}
+static const forge_recalib_hooks kX86Hooks[] = {
+    {NULL, NULL, FORGE_RECALIB_LUT_MIN_M, NULL},
+    {NULL, NULL, FORGE_RECALIB_LUT_MIN_M, NULL},
+    {NULL, NULL, FORGE_RECALIB_LUT_MIN_M, NULL},
+};
 
 #endif  /* FORGE_RECALIB_X86_SIMD */
+
+const forge_recalib_hooks* forge_recalib_x86_hooks(int32_t max_isa) {
+  if (max_isa < FORGE_RECALIB_X86_NONE) max_isa = FORGE_RECALIB_X86_NONE;
+  if (max_isa > FORGE_RECALIB_X86_AVX512) max_isa = FORGE_RECALIB_X86_AVX512;
+  return &kX86Hooks[max_isa];
+}
+
+int forge_recalib_s8_x86(const forge_recalib_args* args, const char** msg) {
+  return forge_recalib_s8_hooked(args, forge_recalib_x86_hooks(FORGE_RECALIB_X86_AVX512),
+                                 msg);
+}
+
+#endif  /* FORGE_RECALIB_X86 */
+
+/* ISO C forbids an empty translation unit. */
+typedef int forge_recalib_x86_translation_unit_not_empty;

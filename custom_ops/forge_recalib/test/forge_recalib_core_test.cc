@@ -85,9 +85,10 @@ void RunCase(const Case& k, int32_t path) {
   int8_t y[kMaxElements];
   auto run = [&](const int8_t* x, int32_t mode, const int8_t* expected) {
     memset(y, 0x55, sizeof(y));
-    const int s = forge_recalib_s8_ansi_path(
-        x, y, n, hw, k.channels, k.beta, k.gamma_abs, state, &k.opts, &quant,
-        mode, path, g_scratch, scratch_bytes, &msg);
+    const forge_recalib_args args = {x, y, n, hw, k.channels, k.beta, k.gamma_abs,
+                                     state, &k.opts, &quant, mode, path, g_scratch,
+                                     scratch_bytes};
+    const int s = forge_recalib_s8_ansi(&args, &msg);
     if (s != FORGE_RECALIB_OK) fprintf(stderr, "%s: %s\n", k.name, msg);
     CHECK(s == FORGE_RECALIB_OK);
     if (memcmp(y, expected, k.elements) != 0) {
@@ -115,16 +116,23 @@ void RunCase(const Case& k, int32_t path) {
   int8_t untouched[kMaxElements];
   memset(untouched, 0x55, sizeof(untouched));
   msg = nullptr;
-  CHECK(forge_recalib_s8_ansi(k.input, y, n, hw, k.channels, k.beta, k.gamma_abs,
-                              state, &k.opts, &quant, 7, g_scratch, scratch_bytes,
-                              &msg) == FORGE_RECALIB_ERR_MODE);
+  const forge_recalib_args ok = {k.input, y, n, hw, k.channels, k.beta, k.gamma_abs,
+                                 state, &k.opts, &quant, FORGE_RECALIB_MODE_ADAPT,
+                                 FORGE_RECALIB_PATH_AUTO, g_scratch, scratch_bytes};
+  forge_recalib_args bad = ok;
+  bad.mode = 7;
+  CHECK(forge_recalib_s8_ansi(&bad, &msg) == FORGE_RECALIB_ERR_MODE);
   CHECK(msg != nullptr && msg[0] != '\0');
-  CHECK(forge_recalib_s8_ansi(k.input, y, n, hw, k.channels, k.beta, k.gamma_abs,
-                              state, &k.opts, &quant, FORGE_RECALIB_MODE_ADAPT,
-                              g_scratch, 1, &msg) == FORGE_RECALIB_ERR_SCRATCH);
-  CHECK(forge_recalib_s8_ansi(nullptr, y, n, hw, k.channels, k.beta, k.gamma_abs,
-                              state, &k.opts, &quant, FORGE_RECALIB_MODE_ADAPT,
-                              g_scratch, scratch_bytes, &msg) == FORGE_RECALIB_ERR_NULL);
+  bad = ok;
+  bad.path = 3;
+  CHECK(forge_recalib_s8_ansi(&bad, &msg) == FORGE_RECALIB_ERR_MODE);
+  bad = ok;
+  bad.scratch_bytes = 1;
+  CHECK(forge_recalib_s8_ansi(&bad, &msg) == FORGE_RECALIB_ERR_SCRATCH);
+  bad = ok;
+  bad.x = nullptr;
+  CHECK(forge_recalib_s8_ansi(&bad, &msg) == FORGE_RECALIB_ERR_NULL);
+  CHECK(forge_recalib_s8_ansi(nullptr, &msg) == FORGE_RECALIB_ERR_NULL);
   CHECK(memcmp(before, state, sizeof(state)) == 0);
   CHECK(memcmp(y, untouched, sizeof(y)) == 0);
 }

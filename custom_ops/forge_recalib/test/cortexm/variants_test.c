@@ -62,25 +62,21 @@ static void out(const char* fmt, ...) {
 
 /* ------------------------------------------------------------- variants */
 
-typedef int (*PathFn)(const int8_t*, int8_t*, int32_t, int32_t, int32_t,
-                      const float*, const float*, float*,
-                      const forge_recalib_options*, const forge_recalib_quant*,
-                      int32_t, int32_t, void*, size_t, const char**);
 typedef struct {
   const char* name;
-  PathFn fn;
+  int (*fn)(const forge_recalib_args*, const char**);
 } Variant;
 
 static const Variant kVariants[] = {
-    {"ansi", forge_recalib_s8_ansi_path},
+    {"ansi", forge_recalib_s8_ansi},
 #ifdef FORGE_RECALIB_CORTEXM_AVAILABLE
-    {"cortexm", forge_recalib_s8_cortexm_path},
+    {"cortexm", forge_recalib_s8_cortexm},
 #endif
 #ifdef FORGE_RECALIB_MVE_AVAILABLE
-    {"mve", forge_recalib_s8_mve_path},
+    {"mve", forge_recalib_s8_mve},
 #endif
 #ifdef FORGE_RECALIB_ESP32S3_AVAILABLE
-    {"esp32s3", forge_recalib_s8_esp32s3_path},
+    {"esp32s3", forge_recalib_s8_esp32s3},
 #endif
 };
 #define NUM_VARIANTS ((int)(sizeof(kVariants) / sizeof(kVariants[0])))
@@ -246,10 +242,13 @@ static void run_case(int icase) {
     int st;
     fill_input(g_x, total, kind > 5 ? 3 : kind, rnd_int(-128, 127),
                rnd_int(0, 100));
-    st = forge_recalib_s8_ansi_path(g_x, g_y_ref, N, HW, C, g_beta, g_gamma,
-                                    g_state[0], &opts, &quant, mode,
-                                    FORGE_RECALIB_PATH_AUTO, g_scratch,
-                                    sizeof(g_scratch), &msg);
+    {
+      const forge_recalib_args ref = {g_x, g_y_ref, N, HW, C, g_beta, g_gamma,
+                                      g_state[0], &opts, &quant, mode,
+                                      FORGE_RECALIB_PATH_AUTO, g_scratch,
+                                      sizeof(g_scratch)};
+      st = forge_recalib_s8_ansi(&ref, &msg);
+    }
     if (st != FORGE_RECALIB_OK) {
       out("FAIL variant=ansi case=%d what=status msg=%s\n", icase, msg);
       g_failures[0]++;
@@ -260,11 +259,12 @@ static void run_case(int icase) {
         float* state = g_state[1 + (v - 1) * 3 + p];
         int8_t* out = g_y;
         int32_t d;
+        const forge_recalib_args args = {in_place ? g_y : g_x, out, N, HW, C,
+                                         g_beta, g_gamma, state, &opts, &quant,
+                                         mode, p /* AUTO, AFFINE, LUT */,
+                                         g_scratch, sizeof(g_scratch)};
         if (in_place) memcpy(g_y, g_x, (size_t)total);
-        st = kVariants[v].fn(in_place ? g_y : g_x, out, N, HW, C, g_beta,
-                             g_gamma, state, &opts, &quant, mode,
-                             p /* AUTO, AFFINE, LUT */, g_scratch,
-                             sizeof(g_scratch), &msg);
+        st = kVariants[v].fn(&args, &msg);
         g_checks[v] += 2;
         if (st != FORGE_RECALIB_OK) {
           report(v, p, icase, step, "status", C, N, HW, st);
@@ -308,6 +308,10 @@ static void bench(void) {
     for (v = 0; v < NUM_VARIANTS; ++v) {
       for (p = 0; p < 4; ++p) { /* paths auto, affine, lut; 3: arithmetic int */
         uint64_t t0, t1, instr;
+        const forge_recalib_args args = {g_x, g_y, 1, H * W, C, g_beta, g_gamma,
+                                         g_state[0], &opts, &quant,
+                                         FORGE_RECALIB_MODE_ADAPT, p % 3,
+                                         g_scratch, sizeof(g_scratch)};
         opts.arithmetic = p == 3 ? FORGE_RECALIB_ARITH_INT : FORGE_RECALIB_ARITH_FLOAT;
         if (p == 3) {
           forge_recalib_int_state_reset(&quant, g_beta, g_gamma, C,
@@ -316,14 +320,10 @@ static void bench(void) {
           forge_recalib_state_reset(g_beta, g_gamma, C, g_state[0], &msg);
         }
         /* warm-up call (same work) */
-        kVariants[v].fn(g_x, g_y, 1, H * W, C, g_beta, g_gamma, g_state[0],
-                        &opts, &quant, FORGE_RECALIB_MODE_ADAPT, p % 3,
-                        g_scratch, sizeof(g_scratch), &msg);
+        kVariants[v].fn(&args, &msg);
         t0 = cortexm_systick_ticks();
         for (i = 0; i < reps; ++i) {
-          kVariants[v].fn(g_x, g_y, 1, H * W, C, g_beta, g_gamma, g_state[0],
-                          &opts, &quant, FORGE_RECALIB_MODE_ADAPT, p % 3,
-                          g_scratch, sizeof(g_scratch), &msg);
+          kVariants[v].fn(&args, &msg);
         }
         t1 = cortexm_systick_ticks();
         instr = (t1 - t0) * ipt_x1000 / 1000u / (uint64_t)reps;
