@@ -81,7 +81,7 @@ def fuzz_summary_lines(summary: dict, outcomes, time_limit: int, unclean: str) -
 
 def in_process_section(what: str, s: dict, outcomes, failures: str,
                        contradictions: str) -> list[str]:
-  """One in-process fuzz run (tests/runtime/artifact_fuzz.in_process's summary) as a
+  """One in-process fuzz run (forge_tflm.testing.artifact_fuzz.in_process's summary) as a
   report section: time, outcomes, the failure and contradiction counts (`failures`
   and `contradictions` say what they count), the tables, the most frequent refusal
   reasons and the findings."""

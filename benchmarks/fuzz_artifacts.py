@@ -1,7 +1,7 @@
 """Long mutation fuzz of artifacts through the evaluator's loading path (issue 20).
 
 The CI test (tests/runtime/test_fuzz_artifacts.py) runs mutants 0-9,999; this runs
---mutants (default 100,000) of the same generator (tests/runtime/artifact_fuzz.py:
+--mutants (default 100,000) of the same generator (forge_tflm/testing/artifact_fuzz.py:
 two seed artifacts, byte/bit/word/truncation and structured mutations, each mutant in
 its own forked child of a fork server: Artifact.load, SegmentedModel.from_artifact,
 one inference) and prints the counts measured. A crash, hang or unclean error is
@@ -20,14 +20,14 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 from benchmarks._report import dated, fuzz_summary_lines, worker_fuzz_main  # noqa: E402
-from tests.runtime import artifact_fuzz as af  # noqa: E402
+from forge_tflm.testing import artifact_fuzz as af  # noqa: E402
 
 
 def report(summary: dict, command: str) -> str:
   n = summary["mutants"]
   lines = [
       dated(command),
-      f"# tests/runtime/artifact_fuzz.py, run seed {summary['run_seed']}, mutants"
+      f"# forge_tflm/testing/artifact_fuzz.py, run seed {summary['run_seed']}, mutants"
       f" {summary['start']}-{summary['start'] + n - 1}, {summary['workers']} fork-server"
       f" workers, one forked child per mutant (alarm {af.TIME_LIMIT_S} s, +"
       f"{af.MEMORY_LIMIT_BYTES >> 30} GiB address space); {platform.platform()},"

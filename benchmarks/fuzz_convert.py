@@ -1,7 +1,7 @@
 """Long mutation fuzz of `convert`'s int8 door (issue 53).
 
 The CI test (tests/converter/test_fuzz_convert.py) runs mutants 0-1,999; this runs
---mutants (50,000 committed) of the same generator (tests/converter/convert_fuzz.py:
+--mutants (50,000 committed) of the same generator (forge_tflm/testing/convert_fuzz.py:
 the plain int8 ResNet-20 and MLPerf Tiny's int8 ResNet-8 as seeds, artifact_fuzz's
 flatbuffer-field, word, bit, byte and truncation mutators, each mutant converted in
 its own forked child of a fork server) and prints the counts measured. A crash, hang,
@@ -21,15 +21,15 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 from benchmarks._report import dated, fuzz_summary_lines, worker_fuzz_main  # noqa: E402
-from tests.converter import convert_fuzz as cf  # noqa: E402
-from tests.runtime import artifact_fuzz as af  # noqa: E402
+from forge_tflm.testing import artifact_fuzz as af  # noqa: E402
+from forge_tflm.testing import convert_fuzz as cf  # noqa: E402
 
 
 def report(summary: dict, command: str) -> str:
   n = summary["mutants"]
   lines = [
       dated(command),
-      f"# tests/converter/convert_fuzz.py, run seed {summary['run_seed']}, mutants"
+      f"# forge_tflm/testing/convert_fuzz.py, run seed {summary['run_seed']}, mutants"
       f" {summary['start']}-{summary['start'] + n - 1}, {summary['workers']} fork-server"
       f" workers, one forked child per mutant (alarm {af.TIME_LIMIT_S} s, +"
       f"{af.MEMORY_LIMIT_BYTES >> 30} GiB address space), {cf.CALIBRATION_IMAGES}"

@@ -2,7 +2,7 @@
 
 The CI test (tests/deploy/test_fuzz_deploy_inputs.py) runs mutants 0-9,999 of each;
 this runs --mutants (default 100,000) of each from the same generator
-(tests/deploy/deploy_fuzz.py: two genuine logs, two PPK2 exports; value, token, line,
+(forge_tflm/testing/deploy_fuzz.py: two genuine logs, two PPK2 exports; value, token, line,
 byte and truncation mutations; each mutant through verify-device's own parsing and
 verdict code) and prints the counts measured. A traceback, an unclean message or a
 verdict that contradicts its input is listed with its mutant and makes the exit
@@ -22,13 +22,13 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 from benchmarks._report import command_line, dated, emit, in_process_section  # noqa: E402
-from tests.deploy import deploy_fuzz as df  # noqa: E402
+from forge_tflm.testing import deploy_fuzz as df  # noqa: E402
 
 
 def report(summary: dict, command: str) -> str:
   n = summary["mutants"]
   lines = [dated(command),
-           f"# tests/deploy/deploy_fuzz.py, run seed {summary['run_seed']}, mutants "
+           f"# forge_tflm/testing/deploy_fuzz.py, run seed {summary['run_seed']}, mutants "
            f"{summary['start']}-{summary['start'] + n - 1} of each kind, in one process; "
            f"{platform.platform()}, Python {platform.python_version()}, "
            f"{os.cpu_count()} CPUs; CPU {summary['cpu_seconds']:,.0f} s", ""]

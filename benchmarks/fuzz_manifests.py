@@ -1,7 +1,7 @@
 """Long mutation fuzz of manifests through the loading path (issue 34).
 
 The CI test (tests/runtime/test_fuzz_manifests.py) runs mutants 0-9,999; this runs
---mutants (default 100,000) of the same generator (tests/runtime/manifest_fuzz.py:
+--mutants (default 100,000) of the same generator (forge_tflm/testing/manifest_fuzz.py:
 three seed artifacts, one and two FORGE sites; type swaps, deletions, non-finite
 and huge numbers, deep nesting, site duplication / reordering, edits of every field
 the model states, damaged text) and prints the counts measured. A traceback, crash,
@@ -21,14 +21,14 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 from benchmarks._report import dated, outcome_table, worker_fuzz_main  # noqa: E402
-from tests.runtime import manifest_fuzz as mf  # noqa: E402
+from forge_tflm.testing import manifest_fuzz as mf  # noqa: E402
 
 
 def report(summary: dict, command: str) -> str:
   counts, n = summary["counts"], summary["mutants"]
   lines = [
       dated(command),
-      f"# tests/runtime/manifest_fuzz.py, run seed {summary['run_seed']}, mutants"
+      f"# forge_tflm/testing/manifest_fuzz.py, run seed {summary['run_seed']}, mutants"
       f" {summary['start']}-{summary['start'] + n - 1}, {summary['workers']} workers"
       f" (alarm {mf.TIME_LIMIT_S} s per mutant; 1 in {mf.FULL_PATH_EVERY} also through"
       f" Artifact.load + SegmentedModel.from_artifact); {platform.platform()}, Python"

@@ -2,7 +2,7 @@
 
 The CI tests (tests/converter/test_fuzz_sites.py, tests/evaluation/test_fuzz_resume.py)
 run mutants 0-1,999 of each; this runs --mutants of each from the same generators
-(tests/converter/sites_fuzz.py, tests/evaluation/resume_fuzz.py: genuine files
+(forge_tflm/testing/sites_fuzz.py, forge_tflm/testing/resume_fuzz.py: genuine files
 mutated as JSON documents and as text, deep and huge ones included, each through the
 code the CLI runs on it, timed in CPU seconds) and prints the counts measured. A
 traceback, an unclean message, a hang or an accepted file that contradicts its run
@@ -23,13 +23,13 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 from benchmarks._report import command_line, dated, emit, in_process_section  # noqa: E402
-from tests.converter import sites_fuzz as sf  # noqa: E402
-from tests.evaluation import resume_fuzz as rf  # noqa: E402
+from forge_tflm.testing import resume_fuzz as rf  # noqa: E402
+from forge_tflm.testing import sites_fuzz as sf  # noqa: E402
 
 
 def report(sites: dict, resume: dict, command: str) -> str:
   lines = [dated(command),
-           f"# tests/converter/sites_fuzz.py and tests/evaluation/resume_fuzz.py, run seed "
+           f"# forge_tflm/testing/sites_fuzz.py and forge_tflm/testing/resume_fuzz.py, run seed "
            f"{sites['run_seed']}, mutants {sites['start']}-{sites['start'] + sites['mutants'] - 1}"
            f" of each, in one process; {platform.platform()}, Python"
            f" {platform.python_version()}, {os.cpu_count()} CPUs", ""]

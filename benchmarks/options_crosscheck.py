@@ -24,7 +24,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 from benchmarks._report import command_line, dated, emit  # noqa: E402
-from tests.custom_ops import options_crosscheck as oc  # noqa: E402
+from forge_tflm.testing import options_crosscheck as oc  # noqa: E402
 
 
 def _commit() -> str:
@@ -46,8 +46,8 @@ def report(result: oc.Result, args, command: str, inc: str, wall: float) -> str:
       f"disagreements: {len(result.disagreements):,}",
       f"harness: {result.harness_summary} (last chunk of "
       f"{min(args.chunk, result.buffers):,})",
-      "C paths run on each parsed input: forge_recalib_s8_ansi_path, "
-      "forge_recalib_s8_x86_path (bit-exact to ansi)",
+      "C paths run on each parsed input: forge_recalib_s8_ansi, "
+      "the x86 hooks at each instruction-set cap (bit-exact to ansi)",
       f"wall: {wall:.0f} s",
   ]
   for hexdata, cpp, py in result.disagreements[:50]:

@@ -3,7 +3,7 @@
 A PyTorch model for checks that need one trained (the gate on a model it was not tuned
 on, benchmarks/gate_other_models.py); it is not a bundled model and nothing of it is
 committed (it is derived from the dataset). The network is
-tests/converter/torch_models.py's ResNet20A with the input normalization inside the
+forge_tflm/testing/torch_models.py's ResNet20A with the input normalization inside the
 model, so it takes raw pixels: convert it with --input_range=0,255. Seeded; random crop
 and flip; SGD with momentum, cosine learning rate.
 
@@ -50,7 +50,7 @@ def main(argv=None) -> int:
   from torch.nn import functional as F
 
   from forge_tflm.data import load_dataset
-  from tests.converter.torch_models import ResNet20A, export
+  from forge_tflm.testing.torch_models import ResNet20A, export
 
   torch.manual_seed(args.seed)
   torch.set_num_threads(args.threads)

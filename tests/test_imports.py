@@ -13,6 +13,9 @@ FORBIDDEN = {
     "forge_tflm/errors.py": ("forge_tflm",),
     "forge_tflm/evaluation": ("forge_tflm.deploy", "forge_tflm.experiments", "forge_tflm.cli"),
     "forge_tflm/runtime": ("forge_tflm.deploy", "forge_tflm.evaluation", "forge_tflm.experiments"),
+    # What the tests and the benchmarks share lives in the package, not in tests/.
+    "forge_tflm/testing": ("tests",),
+    "benchmarks": ("tests",),
 }
 
 
@@ -35,6 +38,22 @@ def test_imports_go_one_way():
     for path in files:
       for name in _imports(path):
         if any(name == p or name.startswith(p + ".") for p in prefixes):
+          bad.append(f"{os.path.relpath(path, REPO_ROOT)} imports {name}")
+  assert not bad, "\n".join(bad)
+
+
+def test_only_the_tests_and_benchmarks_import_forge_tflm_testing():
+  """forge_tflm.testing (fuzz generators, oracles, reference models) serves the tests
+  and the benchmarks; no other module of the package imports it."""
+  testing = os.path.join(REPO_ROOT, "forge_tflm", "testing")
+  bad = []
+  for top in ("forge_tflm", "converter"):  # converter/ ships as forge_tflm.converter.
+    for path in sorted(glob.glob(os.path.join(REPO_ROOT, top, "**", "*.py"),
+                                 recursive=True)):
+      if os.path.commonpath([path, testing]) == testing:
+        continue
+      for name in _imports(path):
+        if name == "forge_tflm.testing" or name.startswith("forge_tflm.testing."):
           bad.append(f"{os.path.relpath(path, REPO_ROOT)} imports {name}")
   assert not bad, "\n".join(bad)
 

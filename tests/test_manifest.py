@@ -1,6 +1,6 @@
 """The manifest: one schema, and every field the model states checked against it
 (issue 34). Editing only the `.json` keeps the model's sha256 valid: each case edits
-one field of a genuine seed artifact's manifest (tests/runtime/manifest_fuzz: the
+one field of a genuine seed artifact's manifest (forge_tflm/testing/manifest_fuzz: the
 fuzz seeds, "two_sites" with two FORGE sites, one label-safe) and expects a
 one-line ArtifactError naming the manifest file and the field. Before, each of these
 loaded (and, for the firmware export, sized the arena from the edited field) or
@@ -13,7 +13,7 @@ import os
 import pytest
 
 from forge_tflm.artifact import Artifact, ArtifactError
-from tests.runtime import manifest_fuzz as mf
+from forge_tflm.testing import manifest_fuzz as mf
 
 
 def _artifact(tmp_path, seed="two_sites", edit=None, text=None):
@@ -23,7 +23,7 @@ def _artifact(tmp_path, seed="two_sites", edit=None, text=None):
   doc = mf.seed_manifest(model)
   if edit is not None:
     edit(doc)
-  raw = text(mf._dumps(doc)) if text is not None else mf._dumps(doc)
+  raw = text(mf.dumps(doc)) if text is not None else mf.dumps(doc)
   (tmp_path / f"{seed}.json").write_text(raw)
   return str(path), str(tmp_path / f"{seed}.json")
 
@@ -72,7 +72,7 @@ CASES = {
     "channels_-1": (_site(1, channels=-1), r"sites\[1\]: channels must be an integer"),
     "site_name_not_a_string": (_site(0, name=7),
                                r"field sites\[0\]\.name: must be a non-empty string"),
-    "scale_nan": (_set(("sites", 0, "input_quantization", "scale"), mf._Raw("NaN")),
+    "scale_nan": (_set(("sites", 0, "input_quantization", "scale"), mf.Raw("NaN")),
                   r"not JSON we read \(NaN is not a number JSON allows\)"),
     "scale_zero": (_set(("sites", 1, "output_quantization", "scale"), 0),
                    r"field sites\[1\]\.output_quantization: scale must be a finite number"
@@ -87,13 +87,13 @@ CASES = {
                                         r" \(0, 1\], not 0"),
     "bn_eps_negative": (_site(1, bn_eps=-1e-5), r"bn_eps must be a finite number"),
     "bn_eps_huge": (_site(1, bn_eps=1e300), r"bn_eps must be a finite number"),
-    "infinity": (_set(("sites", 0, "bn_eps"), mf._Raw("Infinity")),
+    "infinity": (_set(("sites", 0, "bn_eps"), mf.Raw("Infinity")),
                  r"Infinity is not a number JSON allows"),
     "number_out_of_range": (_set(("sites", 0, "preact_saturated_fraction"),
-                                 mf._Raw("1e999")), r"number 1e999 is out of range"),
-    "huge_integer": (_set(("model_bytes",), mf._Raw("1" + "0" * 5000)),
+                                 mf.Raw("1e999")), r"number 1e999 is out of range"),
+    "huge_integer": (_set(("model_bytes",), mf.Raw("1" + "0" * 5000)),
                      r"integer of 5001 digits"),
-    "deep_nesting": (_set(("calibration",), mf._nest(100000)), r"nested more than 64"),
+    "deep_nesting": (_set(("calibration",), mf.nest(100000)), r"nested more than 64"),
     "contract_empty_list": (_set(("input", "contract"), []),
                             r"field input\.contract: must be an object, not a list"),
     "op_index_not_forge": (_site(0, op_index=0),

@@ -1,6 +1,6 @@
 """forge_tflm.model_check: one rule per malformation, one line per rejection.
 
-Each case mutates the fuzz seed (tests/runtime/artifact_fuzz.seed_model: every
+Each case mutates the fuzz seed (forge_tflm/testing/artifact_fuzz.seed_model: every
 operator the device registers) in one way and expects the validator's message. Rules
 marked "fuzz:" were found by the artifact fuzz (tests/runtime/test_fuzz_artifacts.py):
 without them the mutant reached LiteRT, which aborted, crashed or refused it.
@@ -16,7 +16,7 @@ from forge_tflm import model_check as mc
 from forge_tflm import tflite_graph as tg
 from forge_tflm.artifact import Artifact, ArtifactError
 from forge_tflm.runtime.segmented import SegmentedModel
-from tests.runtime import artifact_fuzz as af
+from forge_tflm.testing import artifact_fuzz as af
 
 T = schema.TensorType
 SEED = af.seed_model()

@@ -373,7 +373,7 @@ def _keys_verify(buf: bytes, map_pos: int, width: int) -> bool:
 def _verify(buf: bytes) -> None:
   """The checks the C++ parser makes before reading a value (its layout pre-check,
   then flexbuffers::VerifyBuffer), so that the host refuses every buffer the device
-  refuses; the option cross-check (tests/custom_ops/options_crosscheck.py) holds
+  refuses; the option cross-check (forge_tflm/testing/options_crosscheck.py) holds
   the two to the same verdicts."""
   map_pos, width = _check_root(buf)
   count = _vector(buf, map_pos, width, width)

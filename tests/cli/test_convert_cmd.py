@@ -10,7 +10,7 @@ import pytest
 
 from forge_tflm.cli import convert_cmd
 from forge_tflm.cli import main as cli
-from tests.converter import tiny_models
+from forge_tflm.testing import tiny_models
 from tests.data import fixtures
 
 

@@ -8,7 +8,7 @@ import pytest
 from forge_tflm.cli import main as cli
 from forge_tflm.ops import RecalibOptions
 from forge_tflm.converter.options import ConvertOptions
-from tests.converter import tiny_models
+from forge_tflm.testing import tiny_models
 from tests.data import fixtures
 
 

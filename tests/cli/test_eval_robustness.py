@@ -13,8 +13,8 @@ import pytest
 from forge_tflm.cli import main as cli
 from forge_tflm.converter.options import ConvertOptions
 from forge_tflm.ops import RecalibOptions
+from forge_tflm.testing import tiny_models
 from tests.conftest import REPO_ROOT
-from tests.converter import tiny_models
 from tests.data import fixtures
 
 

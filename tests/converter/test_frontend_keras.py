@@ -9,7 +9,7 @@ from forge_tflm.converter.frontend_keras import find_keras_sites, load_keras_mod
 from forge_tflm.converter.sites import ConversionError
 from forge_tflm.models.mobilenet_v2 import mobilenet_v2
 from forge_tflm.models.resnet_cifar import resnet20
-from tests.converter import tiny_models
+from forge_tflm.testing import tiny_models
 
 
 def test_tiny_model_sites_and_targets():

@@ -14,7 +14,8 @@ from forge_tflm.converter.pipeline import convert
 from forge_tflm.converter.sites import ConversionError
 from forge_tflm.data.imageset import ImageSet
 from forge_tflm.runtime.segmented import SegmentedModel
-from tests.converter import onnx_models, tiny_models
+from forge_tflm.testing import tiny_models
+from tests.converter import onnx_models
 
 
 @pytest.fixture(scope="module")

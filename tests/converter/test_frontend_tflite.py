@@ -20,7 +20,7 @@ from forge_tflm.converter.quantize import convert_keras
 from forge_tflm.converter.sites import ConversionError
 from forge_tflm.data.imageset import ImageSet
 from forge_tflm.runtime.segmented import SOURCE, SegmentedModel
-from tests.converter import tiny_models
+from forge_tflm.testing import tiny_models
 
 N = 64
 
@@ -232,7 +232,7 @@ DOOR_MUTANTS = {
     "batch_0": _mutate_batch(0), "batch_-1": _mutate_batch(-1),
     "no_subgraphs": _mutate_no_subgraphs, "bias_buffer_out_of_range": _mutate_bias_buffer,
     "schema_version_2": _mutate_version,
-    # Found by tests/converter/convert_fuzz.py: a two-line LiteRT error and a ValueError
+    # Found by forge_tflm/testing/convert_fuzz.py: a two-line LiteRT error and a ValueError
     # about FORGE's eps that did not say which op.
     "conv_output_scale_255": _mutate_conv_output_scale,
     "empty_activation_buffer": _mutate_empty_activation_buffer,

@@ -1,4 +1,4 @@
-"""Mutation fuzz of `convert`'s int8 door in CI (issue 53): tests/converter/convert_fuzz.py.
+"""Mutation fuzz of `convert`'s int8 door in CI (issue 53): forge_tflm/testing/convert_fuzz.py.
 
 2,000 mutants of the plain int8 ResNet-20 and MLPerf Tiny's int8 ResNet-8 through
 converter.pipeline.convert, each in its own forked child: no abort, segfault, hang,
@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-from tests.converter import convert_fuzz as cf
-from tests.runtime import artifact_fuzz as af
+from forge_tflm.testing import artifact_fuzz as af
+from forge_tflm.testing import convert_fuzz as cf
 
 MUTANTS = int(os.environ.get("FORGE_FUZZ_CONVERTS", "2000"))
 
@@ -32,7 +32,7 @@ def test_fuzz_convert_no_crash_hang_traceback_or_partial_output(tmp_path):
   counts = summary["counts"]
   assert not summary["findings"], (
       f"{len(summary['findings'])} mutants crashed, hung or raised ({counts}); reproduce"
-      " with python -m tests.converter.convert_fuzz --load FILE --seed=SEED:\n"
+      " with python -m forge_tflm.testing.convert_fuzz --load FILE --seed=SEED:\n"
       + _describe(summary["findings"]))
   assert set(counts) <= {"ok", "rejected"}, counts
   # Both doors are exercised: mutants refused and mutants converted, from both seeds.

@@ -1,5 +1,5 @@
 """Mutation fuzz of sites files in CI (issue 53): 2,000 mutants of `convert
---sites=@FILE` (tests/converter/sites_fuzz.py) through parse_sites and select_sites.
+--sites=@FILE` (forge_tflm/testing/sites_fuzz.py) through parse_sites and select_sites.
 Each is refused in one line or accepted as exactly the names the file lists, each a
 site of the model, within a CPU second; benchmarks/fuzz_sites_resume.py runs 10,000
 and more (benchmarks/results/fuzz_sites_resume.txt)."""
@@ -7,7 +7,7 @@ and more (benchmarks/results/fuzz_sites_resume.txt)."""
 import json
 import os
 
-from tests.converter import sites_fuzz as sf
+from forge_tflm.testing import sites_fuzz as sf
 
 MUTANTS = int(os.environ.get("FORGE_FUZZ_MUTANTS", "2000"))
 
@@ -18,9 +18,9 @@ def test_the_seeds_pass_and_the_oracle_sees_a_foreign_name(tmp_path):
   for doc in sf.seeds(found).values():
     assert sf.check(path, json.dumps(doc).encode(), found) == ("ok", "")
   names = [s.name for s in found]
-  assert sf._contradiction(json.dumps(names + ["x"]).encode(), tuple(names + ["x"]),
+  assert sf.contradiction(json.dumps(names + ["x"]).encode(), tuple(names + ["x"]),
                            found, found)
-  assert sf._contradiction(json.dumps(names).encode(), tuple(names[:-1]), found, found)
+  assert sf.contradiction(json.dumps(names).encode(), tuple(names[:-1]), found, found)
 
 
 def test_fuzz_sites_files():

@@ -5,7 +5,7 @@ import pytest
 
 from forge_tflm import tflite_graph as tg
 from forge_tflm.ops import decode_options
-from tests.converter import tiny_models
+from forge_tflm.testing import tiny_models
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from forge_tflm.converter.sites import ConversionError
 from forge_tflm.data.imageset import ImageSet
 from forge_tflm.ops import RecalibOptions, decode_options
 from forge_tflm.runtime.segmented import SegmentedModel
-from tests.converter import tiny_models
+from forge_tflm.testing import tiny_models
 
 
 def _calibration(n=64, seed=0):

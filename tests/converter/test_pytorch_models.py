@@ -1,6 +1,6 @@
 """PyTorch models people actually have convert exactly through ONNX, or are refused.
 
-Each network (tests/converter/torch_models.py, random weights with BN statistics from
+Each network (forge_tflm/testing/torch_models.py, random weights with BN statistics from
 real images) is exported the way the README says and converted; the parity gate's
 numbers (converter/parity.py, recorded in the manifest) must show the float model equal
 to onnxruntime's and the int8 model agreeing with it. The rows of issue 21's table:
@@ -38,8 +38,8 @@ from forge_tflm.converter.options import ConvertOptions  # noqa: E402
 from forge_tflm.converter.pipeline import convert  # noqa: E402
 from forge_tflm.converter.sites import ConversionError  # noqa: E402
 from forge_tflm.data.imageset import ImageSet  # noqa: E402
+from forge_tflm.testing import tiny_models, torch_models  # noqa: E402
 from tests.conftest import SHARED_DATASETS  # noqa: E402
-from tests.converter import tiny_models, torch_models  # noqa: E402
 
 CIFAR = os.path.join(SHARED_DATASETS, "cifar10")
 

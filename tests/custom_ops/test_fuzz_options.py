@@ -7,7 +7,7 @@ deterministic mutation driver; runs >= 100,000 executions from a seed corpus
 covering every option field (encode_options and the raw flexbuffers builder).
 The harness, with FORGE_RECALIB_FUZZ_PRINT=1, cross-checks the C++ parser
 against forge_tflm.ops.decode_options: on the semantic cases here and on
-CROSSCHECK_BUFFERS generated buffers (tests/custom_ops/options_crosscheck.py;
+CROSSCHECK_BUFFERS generated buffers (forge_tflm/testing/options_crosscheck.py;
 benchmarks/options_crosscheck.py runs 1,000,000).
 
 Needs flatbuffers headers (flexbuffers.h): $FLATBUFFERS_INCLUDE_DIR,
@@ -24,7 +24,7 @@ import pytest
 from flatbuffers import flexbuffers
 
 from forge_tflm import ops
-from tests.custom_ops import options_crosscheck as oc
+from forge_tflm.testing import options_crosscheck as oc
 
 FUZZ_RUNS = 100_000
 CROSSCHECK_BUFFERS = 50_000

@@ -13,7 +13,7 @@ import pytest
 
 from forge_tflm.cli.main import main as cli
 from forge_tflm.deploy import export, streams
-from tests.runtime import artifact_fuzz as af
+from forge_tflm.testing import artifact_fuzz as af
 
 IMAGES = 3
 
@@ -213,7 +213,7 @@ def test_every_model_the_host_refuses_is_refused_before_anything_is_written(tmp_
     art = tmp_path / f"m{index}"
     art.mkdir()
     (art / "m.tflite").write_bytes(data)
-    (art / "m.json").write_text(json.dumps(af._mutant_manifest(
+    (art / "m.json").write_text(json.dumps(af.mutant_manifest(
         data, af.seed_manifest(seed), "field")))
     out = tmp_path / f"out{index}"
     assert cli(["forge_tflm", "export-firmware", str(art / "m.tflite"),

@@ -1,5 +1,5 @@
 """Mutation fuzz of verify-device's inputs in CI (issue 34): 10,000 mutants of the
-genuine device logs and 10,000 of the PPK2 captures (tests/deploy/deploy_fuzz.py),
+genuine device logs and 10,000 of the PPK2 captures (forge_tflm/testing/deploy_fuzz.py),
 each through the code the CLI runs on it. No exception but the one-line ValueError,
 no report line over several lines, no log verified BIT-EXACT whose compared fields
 differ from the genuine log's, no capture accepted with an energy that is not finite
@@ -10,8 +10,8 @@ benchmarks/fuzz_deploy_inputs.py runs 100,000 of each
 
 import os
 
-from tests.deploy import deploy_fuzz as df
-from tests.deploy import device_logs
+from forge_tflm.testing import deploy_fuzz as df
+from forge_tflm.testing import device_logs
 
 MUTANTS = int(os.environ.get("FORGE_FUZZ_MUTANTS", "10000"))
 

@@ -15,7 +15,7 @@ from forge_tflm.deploy import ppk2
 from forge_tflm.deploy.export import load_expected
 from forge_tflm.deploy.verify import verify
 
-from tests.deploy.device_logs import (BOOT, N, OPS_REPEATED, app_log as _log,
+from forge_tflm.testing.device_logs import (BOOT, N, OPS_REPEATED, app_log as _log,
                                       expected_doc as _expected, line_of, set_field)
 
 

@@ -1,5 +1,5 @@
 """Mutation fuzz of resume files in CI (issue 53): 2,000 mutated stream records
-(tests/evaluation/resume_fuzz.py) through what `eval --resume` runs on them. Each is
+(forge_tflm/testing/resume_fuzz.py) through what `eval --resume` runs on them. Each is
 refused in one line naming the file, or accepted only if its run could have written
 it (gate entries that agree, the run's methods and domains); within a CPU second.
 benchmarks/fuzz_sites_resume.py runs 10,000 and more
@@ -8,7 +8,7 @@ benchmarks/fuzz_sites_resume.py runs 10,000 and more
 import math
 import os
 
-from tests.evaluation import resume_fuzz as rf
+from forge_tflm.testing import resume_fuzz as rf
 
 MUTANTS = int(os.environ.get("FORGE_FUZZ_MUTANTS", "2000"))
 

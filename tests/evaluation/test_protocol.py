@@ -11,7 +11,7 @@ from forge_tflm.converter.options import ConvertOptions
 from forge_tflm.evaluation import report
 from forge_tflm.evaluation.protocol import EvalConfig, Stream, evaluate, ordering
 from forge_tflm.evaluation.run import run_evaluation
-from tests.converter import tiny_models
+from forge_tflm.testing import tiny_models
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from forge_tflm.evaluation.protocol import EvalConfig, Stream, evaluate_stream
 from forge_tflm.evaluation.resume import ResumeError
 from forge_tflm.evaluation.run import run_evaluation
 from forge_tflm.ops import RecalibOptions
-from tests.converter import tiny_models
+from forge_tflm.testing import tiny_models
 
 
 @pytest.fixture(scope="module")

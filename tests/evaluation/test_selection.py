@@ -11,7 +11,7 @@ from forge_tflm.converter.options import ConvertOptions
 from forge_tflm.evaluation import selection
 from forge_tflm.ops import RecalibOptions
 from forge_tflm.sweep import make_executor
-from tests.converter import tiny_models
+from forge_tflm.testing import tiny_models
 from tests.data import fixtures
 
 

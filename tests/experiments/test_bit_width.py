@@ -7,7 +7,7 @@ from forge_tflm import tflite_graph as tg
 from forge_tflm.converter.options import ConvertOptions
 from forge_tflm.experiments import bit_width
 from forge_tflm.runtime.segmented import SegmentedModel
-from tests.converter import tiny_models
+from forge_tflm.testing import tiny_models
 
 
 @pytest.fixture(scope="module")

@@ -68,7 +68,7 @@ def test_cached_evaluate_runs_once_then_loads(tmp_path):
   import numpy as np
 
   from forge_tflm.evaluation.protocol import EvalConfig, Stream
-  from tests.converter import tiny_models
+  from forge_tflm.testing import tiny_models
 
   _, result = tiny_models.convert_tiny(tmp_path)
   artifact = str(tmp_path / "tiny.tflite")

@@ -9,7 +9,7 @@ from forge_tflm.converter.options import ConvertOptions
 from forge_tflm.deploy import model_input
 from forge_tflm.experiments import gap
 from forge_tflm.ops import RecalibOptions
-from tests.converter import tiny_models
+from forge_tflm.testing import tiny_models
 from tests.data import fixtures
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from forge_tflm import ops
 from forge_tflm.ops import options
-from tests.custom_ops import options_crosscheck
+from forge_tflm.testing import options_crosscheck
 
 core = options.core()  # The compiled C core module.
 
@@ -101,7 +101,7 @@ def test_decoder_refuses_what_the_cpp_parser_refuses(what):
                  "root width": "bad root width", "misaligned map": "bad map layout"}[what]
   with pytest.raises(ValueError, match=f"malformed flexbuffer options: {cpp_message}"):
     ops.decode_options(options_crosscheck.regression_buffer(what))
-  unmutated = bytes.fromhex(options_crosscheck._SEED)
+  unmutated = bytes.fromhex(options_crosscheck.SEED)
   assert ops.decode_options(unmutated) == ops.RecalibOptions(momentum=0.1,
                                                              activation="relu")
 

@@ -1,6 +1,6 @@
 """Mutation fuzz of artifacts through the evaluator's loading path, in CI (issue 20).
 
-4,000 mutants of the two seed artifacts (tests/runtime/artifact_fuzz.py: byte and
+4,000 mutants of the two seed artifacts (forge_tflm/testing/artifact_fuzz.py: byte and
 bit flips, aligned-word overwrites, truncations, structured mutations of shapes,
 indices, types, scales, zero points, buffers, options), each run in its own child
 forked from a fork server (Artifact.load, SegmentedModel.from_artifact, one
@@ -13,7 +13,7 @@ wall time on 2 idle cores; benchmarks/fuzz_artifacts.py runs 100,000
 
 import os
 
-from tests.runtime import artifact_fuzz as af
+from forge_tflm.testing import artifact_fuzz as af
 
 MUTANTS = int(os.environ.get("FORGE_FUZZ_MUTANTS", "4000"))
 
@@ -31,7 +31,7 @@ def test_fuzz_artifacts_no_crash_hang_or_unclean_error(tmp_path):
   counts = summary["counts"]
   assert not summary["findings"], (
       f"{len(summary['findings'])} mutants crashed, hung or raised an unclean error"
-      f" ({counts}); reproduce with tests/runtime/artifact_fuzz.py --load FILE:\n"
+      f" ({counts}); reproduce with python -m forge_tflm.testing.artifact_fuzz --load FILE:\n"
       + _describe(summary["findings"]))
   assert set(counts) <= {"ok", "rejected"}, counts
   # Each rejection is the validator's: LiteRT never sees an invalid model.

@@ -1,6 +1,6 @@
 """Mutation fuzz of manifests through the loading path, in CI (issue 34).
 
-10,000 mutants of the seed artifacts' manifests (tests/runtime/manifest_fuzz.py: type
+10,000 mutants of the seed artifacts' manifests (forge_tflm/testing/manifest_fuzz.py: type
 swaps, deletions, NaN / inf / huge numbers, deep nesting, duplicated / reordered /
 dropped sites, edited channels, label_safe, options, scales, tensors and kinds, unknown
 fields, duplicated keys, damaged text), on two workers: every one is accepted with
@@ -12,7 +12,7 @@ runs 100,000 (benchmarks/results/fuzz_manifests.txt).
 
 import os
 
-from tests.runtime import manifest_fuzz as mf
+from forge_tflm.testing import manifest_fuzz as mf
 
 MUTANTS = int(os.environ.get("FORGE_FUZZ_MANIFESTS", "10000"))
 

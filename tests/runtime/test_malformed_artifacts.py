@@ -4,7 +4,7 @@
 segfaulted (139) on an operator input index of -2 (the segmentation rewrote every
 negative index to -1, "optional") and hung on a huge input shape; a FORGE op with an
 INT8 beta was accepted on the host (the device rejects it). Each artifact here runs in
-a child process (tests/runtime/artifact_fuzz.py --load: Artifact.load,
+a child process (forge_tflm/testing/artifact_fuzz.py --load: Artifact.load,
 SegmentedModel.from_artifact, one inference), so a crash fails the test instead of
 killing pytest; each must now end in one line naming the file, operator and tensor.
 """
@@ -19,8 +19,8 @@ import pytest
 from ai_edge_litert import schema_py_generated as schema
 
 from forge_tflm import tflite_graph as tg
+from forge_tflm.testing import artifact_fuzz as af
 from tests.conftest import REPO_ROOT
-from tests.runtime import artifact_fuzz as af
 
 ADD_OP = 3       # Operator indices in artifact_fuzz.seed_model().
 FORGE_OP = 1
@@ -115,7 +115,7 @@ def results(tmp_path_factory):
   out = {}
   for kern, names in kernels.items():
     r = subprocess.run(
-        [sys.executable, "-m", "tests.runtime.artifact_fuzz", f"--kernels={kern}",
+        [sys.executable, "-m", "forge_tflm.testing.artifact_fuzz", f"--kernels={kern}",
          "--load", *(paths[n] for n in names)],
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=600,
         env=dict(os.environ, PYTHONPATH=REPO_ROOT))

@@ -12,7 +12,7 @@ from forge_tflm.artifact import InputContract
 from forge_tflm.converter.options import ConvertOptions
 from forge_tflm.ops import forge_recalib_c
 from forge_tflm.runtime.segmented import KERNEL_MODES, SegmentedModel
-from tests.converter import tiny_models
+from forge_tflm.testing import tiny_models
 
 IDENTITY = "TEST_IDENTITY"
 

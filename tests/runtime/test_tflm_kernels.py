@@ -64,7 +64,7 @@ def test_reference_mode_runs_fully_connected_with_tflm_arithmetic(tmp_path):
   BUILTIN_REF differs from it by at most one LSB (its single rounding)."""
   from forge_tflm.artifact import InputContract
   from forge_tflm.converter.options import ConvertOptions
-  from tests.converter import tiny_models
+  from forge_tflm.testing import tiny_models
   _, result = tiny_models.convert_tiny(tmp_path, ConvertOptions(sites="none"))
   plain = result.plain_tflite
   model = tg.load_model(plain)

@@ -21,7 +21,7 @@ file, each once and each a site of the model, and the selection keeps model orde
 rejected (a one-line ValueError or OSError), contradiction (accepted but not so),
 error (any other exception, or a message over several lines), hang.
 
-  python -m tests.converter.sites_fuzz --mutants=2000     # summary JSON
+  python -m forge_tflm.testing.sites_fuzz --mutants=2000     # summary JSON
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from forge_tflm.cli.convert_cmd import parse_sites
 from forge_tflm.converter.frontend_tflite import TfliteFrontend
 from forge_tflm.converter.select import select_sites
 from forge_tflm.fileio import MAX_SETTINGS_JSON_BYTES
-from tests.converter.convert_fuzz import MLPERF
-from tests.runtime import artifact_fuzz as af
-from tests.runtime import manifest_fuzz as mf
+from forge_tflm.testing import artifact_fuzz as af
+from forge_tflm.testing import manifest_fuzz as mf
+from forge_tflm.testing.convert_fuzz import MLPERF
 
 OUTCOMES = ("ok", "rejected", "contradiction", "error", "hang")
 MUTATORS = ("delete", "type", "number", "string", "nesting", "unknown", "names", "many",
@@ -89,7 +89,7 @@ def mutate(docs: dict, all_names: list, index: int, run_seed: int = 0):
   kind = MUTATORS[int(rng.choice(len(MUTATORS), p=_MUTATOR_P))]
   doc = copy.deepcopy(docs[seed])
   if kind == "text":
-    data, desc = mf._text_mutation(rng, mf._dumps(doc), keys=['"sites": ', '"model": '])
+    data, desc = mf._text_mutation(rng, mf.dumps(doc), keys=['"sites": ', '"model": '])
     return seed, kind, desc, data
   if kind == "names":
     desc = _names_edit(rng, _names_of(doc), all_names)
@@ -99,15 +99,15 @@ def mutate(docs: dict, all_names: list, index: int, run_seed: int = 0):
     _names_of(doc).extend(pool[i % len(pool)] for i in range(n))
     desc = f"{n:,} names added"
   elif kind == "size":
-    text = mf._dumps(doc)
+    text = mf.dumps(doc)
     pad = MAX_SETTINGS_JSON_BYTES - len(text) + int(rng.integers(1, 100))
     return seed, kind, f"padded by {pad:,} spaces", (" " * pad + text).encode()
   else:
     desc = mf._mutate_doc(rng, doc if isinstance(doc, dict) else {"sites": doc}, kind)
-  return seed, kind, desc, mf._dumps(doc).encode()
+  return seed, kind, desc, mf.dumps(doc).encode()
 
 
-def _contradiction(data: bytes, names: tuple, chosen: list, found: list) -> str | None:
+def contradiction(data: bytes, names: tuple, chosen: list, found: list) -> str | None:
   """Why accepting `data` contradicts the file or the model (None: it does not)."""
   try:
     plain = json.loads(data.decode("utf-8"))
@@ -142,7 +142,7 @@ def check(path: str, data: bytes, found: list) -> tuple[str, str]:
     return "rejected", msg.replace(path, "FILE")
   except Exception as e:  # A finding: anything else is a traceback to the user.
     return "error", f"{type(e).__name__}: {str(e)[:300]}"
-  why = _contradiction(data, names, chosen, found)
+  why = contradiction(data, names, chosen, found)
   return ("contradiction", why) if why else ("ok", "")
 
 

@@ -33,7 +33,6 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 OP_DIR = os.path.join(REPO_ROOT, "custom_ops", "forge_recalib")
 SRC_DIR = os.path.join(OP_DIR, "src")
 HARNESS = os.path.join(OP_DIR, "fuzz", "forge_recalib_options_fuzz.cc")
-SHARED_THIRD_PARTY = os.path.join(os.path.dirname(REPO_ROOT), "shared", "third_party")
 SANITIZE = ["-g", "-O1", "-ffp-contract=off", "-fsanitize=address,undefined",
             "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
 # The host variant too (forge_recalib_s8_x86_path), as the Python extension builds it.
@@ -62,10 +61,12 @@ def flatbuffers_include() -> str | None:
   if os.environ.get("TFLM_THIRD_PARTY_DIR"):
     candidates.append(os.path.join(os.environ["TFLM_THIRD_PARTY_DIR"], "flatbuffers",
                                    "include"))
-  from tests import third_party
-  tarball = os.path.join(SHARED_THIRD_PARTY, third_party.SNAPSHOTS["esp-tflite-micro"])
-  if os.path.isfile(tarball):
-    esp = third_party.snapshot("esp-tflite-micro")
+  from forge_tflm.deploy import toolchains
+  try:
+    esp = toolchains.snapshot("esp-tflite-micro")
+  except toolchains.ToolMissing:  # No tarball in ../shared/third_party: the next one.
+    pass
+  else:
     candidates.append(os.path.join(esp, "third_party", "flatbuffers", "include"))
   candidates.append("/usr/include")
   for inc in candidates:
@@ -112,10 +113,10 @@ def build_driver(inc, out_dir) -> tuple[str | None, str]:
 # negative position it computed as an index from the end, which wraps onto the
 # original target, so the buffer decoded to the original options. Last: a byte
 # inserted in front misaligns the map (the C++ parser's layout pre-check).
-_SEED = ("6d6f6d656e74756d006570730061637469766174696f6e000472656c750076617269616e636500"
+SEED = ("6d6f6d656e74756d006570730061637469766174696f6e000472656c750076617269616e636500"
          "0772756e6e696e670004242933160000000700000001000000040000002b000000acc52737cd"
          "cccc3d28000000140e0e14142601")
-REGRESSIONS = {  # what -> (byte index, new value) in _SEED; index -1: insert 0x00 first
+REGRESSIONS = {  # what -> (byte index, new value) in SEED; index -1: insert 0x00 first
     "key offset": (49, 36 + 91),
     "string value offset": (80, 40 + 91),
     "key vector offset": (56, 7 + 91),
@@ -127,7 +128,7 @@ REGRESSIONS = {  # what -> (byte index, new value) in _SEED; index -1: insert 0x
 
 def regression_buffer(what: str) -> bytes:
   at, value = REGRESSIONS[what]
-  data = bytearray.fromhex(_SEED)
+  data = bytearray.fromhex(SEED)
   if at < 0:
     return bytes([value]) + bytes(data)
   data[at] = value

@@ -7,7 +7,7 @@ read_capture, phase_energy and table10. In-process (the code under test is Pytho
 numpy: nothing here can abort), deterministic in (run seed, index).
 
 Seeds: two genuine logs, printed line for line as forge_app.cc prints them
-(tests/deploy/device_logs.py): "adapt" (every checksum, a tensor dump) and "gated"
+(device_logs): "adapt" (every checksum, a tensor dump) and "gated"
 (paths, probe decisions; a model with op names repeated: cost_type totals); two PPK2 exports of a known profile, one per channel layout
 ("bits": D0-D7, "columns": D0,...,D7). Mutators:
   value   a field (log) or cell (CSV) set to an interesting value or one derived
@@ -28,7 +28,7 @@ or a capture accepted with an energy or time that is not finite and >= 0, FORGE'
 share above the whole, or a sample line holding a current that is not a finite
 number >= 0.
 
-  python -m tests.deploy.deploy_fuzz --mutants=2000     # summary JSON
+  python -m forge_tflm.testing.deploy_fuzz --mutants=2000     # summary JSON
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from forge_tflm.deploy import ppk2
 from forge_tflm.deploy.export import load_expected
 from forge_tflm.deploy.report import RECORDS, SCHEMA
 from forge_tflm.deploy.verify import GATE_TOLERANCE_E6, decode_log, verify
-from tests.deploy import device_logs
+from forge_tflm.testing import device_logs
 
 LOG_OUTCOMES = ("verified", "not_verified", "rejected", "error", "contradiction")
 CSV_OUTCOMES = ("accepted", "rejected", "error", "contradiction")
@@ -427,7 +427,7 @@ def check_csv(data: bytes) -> tuple[str, str]:
 
 def fuzz(mutants: int, run_seed: int = 0, start: int = 0, progress=None) -> dict:
   """`mutants` logs and `mutants` CSVs (indices start..); a summary dict."""
-  from tests.runtime import artifact_fuzz as af
+  from forge_tflm.testing import artifact_fuzz as af
 
   logs, csvs = log_seeds(), csv_seeds()
   summary = {"mutants": mutants, "run_seed": run_seed, "start": start}
@@ -446,7 +446,7 @@ def fuzz(mutants: int, run_seed: int = 0, start: int = 0, progress=None) -> dict
 
 
 def main(argv=None) -> int:
-  from tests.runtime import artifact_fuzz as af
+  from forge_tflm.testing import artifact_fuzz as af
 
   return af.in_process_main(
       fuzz, __doc__, argv, lambda s: any(s[w]["findings"] for w in ("log", "csv")))

@@ -29,8 +29,8 @@ Outcomes: ok (ran), rejected (a one-line ValueError: by the validator, or by Lit
 through the segment wrapper), error (any other exception, or a multi-line message),
 crash (killed by a signal or a non-zero exit), hang (past the time limit).
 
-  python -m tests.runtime.artifact_fuzz --mutants=2000 --workers=2   # summary JSON
-  python -m tests.runtime.artifact_fuzz --load FILE.tflite ...          # reproduce
+  python -m forge_tflm.testing.artifact_fuzz --mutants=2000 --workers=2   # summary JSON
+  python -m forge_tflm.testing.artifact_fuzz --load FILE.tflite ...          # reproduce
 """
 
 from __future__ import annotations
@@ -293,7 +293,7 @@ def seed_manifest(model: bytes) -> dict:
   return Manifest(
       model_sha256=hashlib.sha256(model).hexdigest(), model_bytes=len(model),
       source={"path": "fuzz_seed", "sha256": "", "frontend": "handmade"},
-      command="tests/runtime/artifact_fuzz.py", input_contract=InputContract(),
+      command="forge_tflm/testing/artifact_fuzz.py", input_contract=InputContract(),
       input_quant=TensorQuant(*tg.per_tensor_quant(x)),
       output_quant=TensorQuant(*tg.per_tensor_quant(y)), calibration={},
       bn_sites_found=tuple(s.name for s in sites), sites=tuple(sites)).to_json()
@@ -666,7 +666,7 @@ def run_action(action, workdir: str) -> dict:
   return record
 
 
-def _mutant_manifest(data: bytes, manifest: dict, mutator: str) -> dict:
+def mutant_manifest(data: bytes, manifest: dict, mutator: str) -> dict:
   """The manifest for a mutant: for a field mutant (re-serialized by the object API,
   so safe to parse here) the one `convert` would write for it, so that the manifest's
   checks against the model (issue 34) pass and the model's are exercised; otherwise,
@@ -698,7 +698,7 @@ def run_mutant(seeds: dict, index: int, run_seed: int, workdir: str) -> dict:
     f.write(data)
   with_manifest = rng.random() < 0.5
   if with_manifest:
-    doc = _mutant_manifest(data, manifest, mutator)
+    doc = mutant_manifest(data, manifest, mutator)
     with open(mpath, "w") as f:
       json.dump(doc, f)
   elif os.path.exists(mpath):
@@ -734,7 +734,7 @@ def worker(run_seed: int, indices: range, workdir: str, out) -> None:
 def fuzz(mutants: int, workers: int = 2, run_seed: int = 0, start: int = 0,
          workdir: str | None = None, progress=None) -> dict:
   """Runs mutants [start, start + mutants) in `workers` fork servers; a summary."""
-  return drive("tests.runtime.artifact_fuzz", mutants, workers, run_seed, start, workdir,
+  return drive("forge_tflm.testing.artifact_fuzz", mutants, workers, run_seed, start, workdir,
                progress)
 
 

@@ -22,7 +22,7 @@ label-safe, and a depthwise conv's). Outcomes:
 Workers are processes that run mutants in a loop; when one dies, its mutant is
 recorded and a new worker takes the rest.
 
-  python -m tests.runtime.manifest_fuzz --mutants=10000 --workers=2   # summary JSON
+  python -m forge_tflm.testing.manifest_fuzz --mutants=10000 --workers=2   # summary JSON
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import time
 import numpy as np
 
 from forge_tflm import tflite_graph as tg
-from tests.runtime import artifact_fuzz as af
+from forge_tflm.testing import artifact_fuzz as af
 
 REPO_ROOT = af.REPO_ROOT
 TIME_LIMIT_S = 20
@@ -136,7 +136,7 @@ _STRINGS = ["", "x", "conv", "depthwise", "int8", "recorded", "measured", "relu"
             "none", "\x00", "é" * 3, "x" * 5000, "bn@1", "conv0", "bn0", "dw/pre"]
 
 
-class _Raw:
+class Raw:
   """A value written into the JSON text as is (what json.dumps cannot write)."""
   def __init__(self, text):
     self.text = text
@@ -159,8 +159,9 @@ def _pick(rng, items):
   return items[int(rng.integers(len(items)))]
 
 
-def _nest(depth: int) -> _Raw:
-  return _Raw("[" * depth + "]" * depth)
+def nest(depth: int) -> Raw:
+  """Empty lists nested `depth` deep, as raw JSON text."""
+  return Raw("[" * depth + "]" * depth)
 
 
 def _other_type(rng, value):
@@ -193,11 +194,11 @@ def _site_edit(rng, site, doc) -> str:
     key = _pick(rng, ["scale", "zero_point"])
     q[key] = _pick(rng, [0, 0.0, -0.05, q.get(key, 0) * 2 if isinstance(
         q.get(key), (int, float)) else 1, 1e-45, 1e30, -128, 127, 128, -129, 1,
-                         _Raw("NaN")])
+                         Raw("NaN")])
   elif field == "bn_eps":
-    site[field] = _pick(rng, [0, -1e-5, 0.0, 1e-12, 1.0, 2.0, 1e300, _Raw("NaN")])
+    site[field] = _pick(rng, [0, -1e-5, 0.0, 1e-12, 1.0, 2.0, 1e300, Raw("NaN")])
   elif field == "preact_saturated_fraction":
-    site[field] = _pick(rng, [-0.1, 1.0, 1.5, 0.5, _Raw("Infinity")])
+    site[field] = _pick(rng, [-0.1, 1.0, 1.5, 0.5, Raw("Infinity")])
   elif field in ("name", "conv"):
     names = [s.get("name") for s in doc.get("sites", []) if isinstance(s, dict)]
     site[field] = _pick(rng, names + ["", "other", 7, "conv0"])
@@ -244,7 +245,7 @@ def _mutate_doc(rng, doc, kind: str) -> str:
                and not isinstance(p[2], bool)]
     container, key, value = _pick(rng, numeric or positions)
     if rng.random() < 0.4:
-      container[key] = _Raw(_pick(rng, _RAW_NUMBERS))
+      container[key] = Raw(_pick(rng, _RAW_NUMBERS))
       return f"{key!r} = {container[key].text[:20]}"
     container[key] = _pick(rng, _NUMBERS + ([-value, value + 1, value * 2] if isinstance(
         value, (int, float)) and not isinstance(value, bool) else []))
@@ -256,7 +257,7 @@ def _mutate_doc(rng, doc, kind: str) -> str:
     return f"{key!r} = {container[key][:20]!r}"
   if kind == "nesting":
     depth = _pick(rng, [10, 63, 64, 65, 200, 999, 5000, 100000])
-    container[key] = _nest(depth)
+    container[key] = nest(depth)
     return f"{key!r} nested {depth} deep"
   if kind == "sites" and sites:
     r = rng.random()
@@ -295,11 +296,12 @@ def _mutate_doc(rng, doc, kind: str) -> str:
   return "top-level field edited"
 
 
-def _dumps(doc) -> str:
+def dumps(doc) -> str:
+  """json.dumps(doc, indent=1), each Raw value written as its text."""
   raws = []
 
   def default(o):
-    if isinstance(o, _Raw):
+    if isinstance(o, Raw):
       raws.append(o.text)
       return f"__RAW_{len(raws) - 1}__"
     raise TypeError(type(o).__name__)
@@ -345,7 +347,7 @@ def mutate(manifest: dict, index: int, run_seed: int = 0) -> tuple[bytes, str, s
   kind = MUTATORS[int(rng.choice(len(MUTATORS), p=_MUTATOR_P))]
   doc = copy.deepcopy(manifest)
   if kind == "text":
-    data, desc = _text_mutation(rng, _dumps(doc))
+    data, desc = _text_mutation(rng, dumps(doc))
     return data, kind, desc
   descs = [_mutate_doc(rng, doc, kind)]
   if rng.random() < 0.15:  # Sometimes two edits, the second where the first allows.
@@ -353,7 +355,7 @@ def mutate(manifest: dict, index: int, run_seed: int = 0) -> tuple[bytes, str, s
       descs.append(_mutate_doc(rng, doc, MUTATORS[int(rng.integers(len(MUTATORS) - 1))]))
     except (TypeError, AttributeError, KeyError, IndexError):
       pass
-  return _dumps(doc).encode(), kind, "; ".join(descs)
+  return dumps(doc).encode(), kind, "; ".join(descs)
 
 
 def seed_for(index: int, run_seed: int = 0) -> str:
@@ -444,7 +446,7 @@ def worker(run_seed: int, indices, workdir: str, out) -> None:
 
 
 def _start(run_seed, start, stop, step, workdir):
-  cmd = [sys.executable, "-m", "tests.runtime.manifest_fuzz", "--worker",
+  cmd = [sys.executable, "-m", "forge_tflm.testing.manifest_fuzz", "--worker",
          f"--run_seed={run_seed}", f"--start={start}", f"--stop={stop}",
          f"--step={step}", f"--workdir={workdir}"]
   env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get(

@@ -25,7 +25,7 @@ checker), rejected (a one-line ResumeError naming the file), contradiction
 (accepted but impossible), error (any other exception or a multi-line message),
 hang.
 
-  python -m tests.evaluation.resume_fuzz --mutants=2000     # summary JSON
+  python -m forge_tflm.testing.resume_fuzz --mutants=2000     # summary JSON
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ import numpy as np
 
 from forge_tflm.evaluation.protocol import EvalConfig, Stream, merge_records
 from forge_tflm.evaluation.resume import STREAMS_DIR, ResultStore, ResumeError
-from tests.runtime import artifact_fuzz as af
-from tests.runtime import manifest_fuzz as mf
+from forge_tflm.testing import artifact_fuzz as af
+from forge_tflm.testing import manifest_fuzz as mf
 
 OUTCOMES = ("ok", "rejected", "contradiction", "error", "hang")
 MUTATORS = ("delete", "type", "number", "string", "nesting", "unknown", "gate", "domain",
@@ -82,7 +82,7 @@ def _seed_runs(workdir: str) -> dict:
   from forge_tflm.converter.options import ConvertOptions
   from forge_tflm.evaluation.run import run_evaluation
   from forge_tflm.ops import RecalibOptions
-  from tests.converter import tiny_models
+  from forge_tflm.testing import tiny_models
 
   artifact = os.path.join(workdir, "tiny.tflite")
   if not os.path.exists(artifact):
@@ -179,12 +179,12 @@ def mutate(seed_docs: dict, index: int, run_seed: int = 0):
   doc = copy.deepcopy(records[stream])
   kind = MUTATORS[int(rng.choice(len(MUTATORS), p=_MUTATOR_P))]
   if kind == "text":
-    data, desc = mf._text_mutation(rng, mf._dumps(doc), keys=[
+    data, desc = mf._text_mutation(rng, mf.dumps(doc), keys=[
         '"gate_fired": ', '"accuracy": ', '"images": ', '"forge": ', '"stream": '])
     return seed, kind, desc, (stream, data)
   edits = {"gate": _gate_edit, "domain": _domain_edit, "list": _list_edit}
   desc = edits[kind](rng, doc) if kind in edits else mf._mutate_doc(rng, doc, kind)
-  return seed, kind, desc, (stream, mf._dumps(doc).encode())
+  return seed, kind, desc, (stream, mf.dumps(doc).encode())
 
 
 # -- the oracle ------------------------------------------------------------------------

@@ -6,7 +6,7 @@ insertion, the source-mode check, every writer), on mutants of two seeds:
   resnet20  the bundled ResNet-20's plain int8 model (convert --plain_output), input
             contract 0..1;
   mlperf    MLPerf Tiny's int8 ResNet-8 as it ships (../shared/models), 0..255.
-The mutators are tests/runtime/artifact_fuzz's (flatbuffer fields through the object
+The mutators are artifact_fuzz's (flatbuffer fields through the object
 API: shapes, types, indices, buffers, quantization, options, opcodes, inputs and
 outputs; aligned words; bit and byte flips; truncation), each mutant in a child forked
 from a worker that loaded everything once (artifact_fuzz.run_action: time and memory
@@ -19,8 +19,8 @@ partial output set, or an artifact the evaluator refuses), crash, hang. A
 rejection's origin: validator (forge_tflm.model_check), converter (ConversionError),
 other.
 
-  python -m tests.converter.convert_fuzz --mutants=2000 --workers=2   # summary JSON
-  python -m tests.converter.convert_fuzz --load FILE.tflite --seed=mlperf   # reproduce
+  python -m forge_tflm.testing.convert_fuzz --mutants=2000 --workers=2   # summary JSON
+  python -m forge_tflm.testing.convert_fuzz --load FILE.tflite --seed=mlperf   # reproduce
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import tempfile
 
 import numpy as np
 
-from tests.runtime import artifact_fuzz as af
+from forge_tflm.testing import artifact_fuzz as af
 
 REPO_ROOT = af.REPO_ROOT
 SHARED = os.path.join(os.path.dirname(REPO_ROOT), "shared")
@@ -60,12 +60,12 @@ def options(seed: str):
 def seed_paths(workdir: str) -> dict[str, str]:
   """name -> seed .tflite: the plain ResNet-20 (the device tests' conversion, shared
   through the build cache) and MLPerf's model."""
-  from tests.deploy import test_cortexm as cm
+  from forge_tflm.deploy.targets import plain_resnet20
 
   missing = [p for p in (MLPERF, DATA_DIR) if not os.path.exists(p)]
   if missing:
     raise FileNotFoundError(f"needs {', '.join(missing)}")
-  return {"resnet20": cm.plain_resnet20(), "mlperf": MLPERF}
+  return {"resnet20": plain_resnet20(), "mlperf": MLPERF}
 
 
 def calibration_file(workdir: str) -> str:
@@ -166,7 +166,7 @@ def fuzz(mutants: int, workers: int = 2, run_seed: int = 0, start: int = 0,
   paths = seed_paths(workdir)
   with open(seeds, "w") as f:
     json.dump(paths, f)
-  summary = af.drive("tests.converter.convert_fuzz", mutants, workers, run_seed, start,
+  summary = af.drive("forge_tflm.testing.convert_fuzz", mutants, workers, run_seed, start,
                      workdir, progress,
                      [f"--seeds={seeds}", f"--calibration={calibration_file(workdir)}"])
   summary["seeds"] = {k: hashlib.sha256(open(p, "rb").read()).hexdigest()[:16]
