@@ -67,6 +67,76 @@ static inline int16x2_t sxtb16_ror8(uint32_t w) {
 
 /* ----------------------------------------------------------------- stats */
 
+/* Sums of 4 channels (c0..c0+3) over a block of rows: the even and odd
+ * channels' 16-bit sums in two SIMD32 registers, the squares in four. */
+typedef struct {
+  int16x2_t ev, od;
+  int32_t q0, q1, q2, q3;
+} cm_acc;
+
+/* One row's 4 bytes of channels c0..c0+3 into the sums. */
+static inline __attribute__((always_inline)) void cm_add(cm_acc* a, uint32_t w) {
+  const int16x2_t e = __sxtb16(w);    /* channels c0, c0+2 */
+  const int16x2_t o = sxtb16_ror8(w); /* channels c0+1, c0+3 */
+  a->ev = __sadd16(a->ev, e);
+  a->od = __sadd16(a->od, o);
+  a->q0 = __smlabb(e, e, a->q0);
+  a->q2 = __smlatt(e, e, a->q2);
+  a->q1 = __smlabb(o, o, a->q1);
+  a->q3 = __smlatt(o, o, a->q3);
+}
+
+/* Channels c0..c0+3 over n <= 256 rows from p (16-bit sums stay exact). */
+static inline __attribute__((always_inline)) void cm_block4(const int8_t* p,
+                                                            int32_t n, size_t stride,
+                                                            int32_t* s1, int64_t* s2) {
+  const int8_t* const end4 = p + (size_t)(n & ~3) * stride;
+  cm_acc a = {0, 0, 0, 0, 0, 0};
+  int32_t k;
+  for (; p != end4; p += 4 * stride) {
+    uint32_t w0, w1, w2, w3;
+    memcpy(&w0, p, 4); /* one (unaligned) LDR */
+    memcpy(&w1, p + stride, 4);
+    memcpy(&w2, p + 2 * stride, 4);
+    memcpy(&w3, p + 3 * stride, 4);
+    cm_add(&a, w0);
+    cm_add(&a, w1);
+    cm_add(&a, w2);
+    cm_add(&a, w3);
+  }
+  for (k = n & 3; k > 0; --k, p += stride) {
+    uint32_t w;
+    memcpy(&w, p, 4);
+    cm_add(&a, w);
+  }
+  s1[0] += (int16_t)(a.ev & 0xFFFF);
+  s1[2] += (int16_t)((uint32_t)a.ev >> 16);
+  s1[1] += (int16_t)(a.od & 0xFFFF);
+  s1[3] += (int16_t)((uint32_t)a.od >> 16);
+  s2[0] += a.q0;
+  s2[1] += a.q1;
+  s2[2] += a.q2;
+  s2[3] += a.q3;
+}
+
+/* One channel (the C % 4 left over) over all M rows, scalar. */
+static void cm_channel(const int8_t* p, int32_t M, size_t stride, int32_t* s1,
+                       int64_t* s2) {
+  int32_t t1 = 0, t2 = 0, n = 0, row;
+  for (row = 0; row < M; ++row, p += stride) {
+    const int32_t q = *p;
+    t1 += q;
+    t2 += q * q;
+    if (++n == 65536) { /* int32 sums of q*q: exact for 2^16 rows */
+      *s2 += t2;
+      t2 = 0;
+      n = 0;
+    }
+  }
+  *s1 = t1;
+  *s2 += t2;
+}
+
 static int cm_stats(const int8_t* x, int32_t M, int32_t C, int64_t* s2,
                     int32_t* s1, int32_t* s2_blk) {
   int32_t c0, c, row;
@@ -77,95 +147,12 @@ static int cm_stats(const int8_t* x, int32_t M, int32_t C, int64_t* s2,
     s2[c] = 0;
   }
   for (c0 = 0; c0 + 4 <= C; c0 += 4) {
-    row = 0;
-    while (row < M) {
-      const int32_t n = M - row > 256 ? 256 : M - row;
-      const int8_t* p = x + (size_t)row * stride + (size_t)c0;
-      const int8_t* const end4 = p + (size_t)(n & ~3) * stride;
-      int16x2_t ev = 0, od = 0;
-      int32_t q0 = 0, q1 = 0, q2 = 0, q3 = 0;
-      int32_t k;
-      for (; p != end4; p += 4 * stride) {
-        uint32_t w0, w1, w2, w3;
-        int16x2_t e, o;
-        memcpy(&w0, p, 4); /* one (unaligned) LDR */
-        memcpy(&w1, p + stride, 4);
-        memcpy(&w2, p + 2 * stride, 4);
-        memcpy(&w3, p + 3 * stride, 4);
-        e = __sxtb16(w0);    /* channels c0, c0+2 */
-        o = sxtb16_ror8(w0); /* channels c0+1, c0+3 */
-        ev = __sadd16(ev, e);
-        od = __sadd16(od, o);
-        q0 = __smlabb(e, e, q0);
-        q2 = __smlatt(e, e, q2);
-        q1 = __smlabb(o, o, q1);
-        q3 = __smlatt(o, o, q3);
-        e = __sxtb16(w1);
-        o = sxtb16_ror8(w1);
-        ev = __sadd16(ev, e);
-        od = __sadd16(od, o);
-        q0 = __smlabb(e, e, q0);
-        q2 = __smlatt(e, e, q2);
-        q1 = __smlabb(o, o, q1);
-        q3 = __smlatt(o, o, q3);
-        e = __sxtb16(w2);
-        o = sxtb16_ror8(w2);
-        ev = __sadd16(ev, e);
-        od = __sadd16(od, o);
-        q0 = __smlabb(e, e, q0);
-        q2 = __smlatt(e, e, q2);
-        q1 = __smlabb(o, o, q1);
-        q3 = __smlatt(o, o, q3);
-        e = __sxtb16(w3);
-        o = sxtb16_ror8(w3);
-        ev = __sadd16(ev, e);
-        od = __sadd16(od, o);
-        q0 = __smlabb(e, e, q0);
-        q2 = __smlatt(e, e, q2);
-        q1 = __smlabb(o, o, q1);
-        q3 = __smlatt(o, o, q3);
-      }
-      for (k = n & 3; k > 0; --k, p += stride) {
-        uint32_t w;
-        int16x2_t e, o;
-        memcpy(&w, p, 4);
-        e = __sxtb16(w);
-        o = sxtb16_ror8(w);
-        ev = __sadd16(ev, e);
-        od = __sadd16(od, o);
-        q0 = __smlabb(e, e, q0);
-        q2 = __smlatt(e, e, q2);
-        q1 = __smlabb(o, o, q1);
-        q3 = __smlatt(o, o, q3);
-      }
-      row += n;
-      s1[c0 + 0] += (int16_t)(ev & 0xFFFF);
-      s1[c0 + 2] += (int16_t)((uint32_t)ev >> 16);
-      s1[c0 + 1] += (int16_t)(od & 0xFFFF);
-      s1[c0 + 3] += (int16_t)((uint32_t)od >> 16);
-      s2[c0 + 0] += q0;
-      s2[c0 + 1] += q1;
-      s2[c0 + 2] += q2;
-      s2[c0 + 3] += q3;
+    for (row = 0; row < M; row += 256) {
+      cm_block4(x + (size_t)row * stride + (size_t)c0, M - row > 256 ? 256 : M - row,
+                stride, &s1[c0], &s2[c0]);
     }
   }
-  for (; c0 < C; ++c0) { /* C % 4 remaining channels */
-    const int8_t* p = x + c0;
-    int32_t t1 = 0, t2 = 0;
-    int32_t n = 0;
-    for (row = 0; row < M; ++row, p += stride) {
-      const int32_t q = *p;
-      t1 += q;
-      t2 += q * q;
-      if (++n == 65536) { /* int32 sums of q*q: exact for 2^16 rows */
-        s2[c0] += t2;
-        t2 = 0;
-        n = 0;
-      }
-    }
-    s1[c0] = t1;
-    s2[c0] += t2;
-  }
+  for (; c0 < C; ++c0) cm_channel(x + c0, M, stride, &s1[c0], &s2[c0]);
   return 1;
 }
 

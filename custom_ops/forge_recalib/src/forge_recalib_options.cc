@@ -188,6 +188,80 @@ OptionRead ReadInt(const RawValue& v, int64_t lo, int64_t hi, int32_t* out) {
   return OptionRead::kOk;
 }
 
+// The option keys; `seen` in ParseOptions has one bit per key, in this order.
+struct OptionKey {
+  const char* name;
+  const char* duplicate;
+};
+constexpr OptionKey kKeys[] = {
+    {"momentum", "duplicate option key 'momentum'"},
+    {"window", "duplicate option key 'window'"},
+    {"eps", "duplicate option key 'eps'"},
+    {"activation", "duplicate option key 'activation'"},
+    {"variance", "duplicate option key 'variance'"},
+    {"arithmetic", "duplicate option key 'arithmetic'"},
+    {"label_safe", "duplicate option key 'label_safe'"},
+};
+enum : int { kMomentum, kWindow, kEps, kActivation, kVariance, kArithmetic, kLabelSafe };
+
+// The index of `key` in kKeys, or -1.
+int KeyIndex(const char* key) {
+  for (int k = 0; k < static_cast<int>(sizeof(kKeys) / sizeof(kKeys[0])); ++k) {
+    if (KeyIs(key, kKeys[k].name)) return k;
+  }
+  return -1;
+}
+
+// A number option's read, with its two failures' messages.
+int NumberRead(OptionRead r, const char* wrong_type, const char* out_of_range,
+               const char** msg) {
+  if (r == OptionRead::kWrongType) return Fail(msg, wrong_type);
+  if (r == OptionRead::kOutOfRange) return Fail(msg, out_of_range);
+  return FORGE_RECALIB_OK;
+}
+
+// A named option (a string one of the core's names for its codes).
+int NamedRead(const flexbuffers::Reference& v, const char* (*name_of)(int32_t),
+              int32_t* out, const char* wrong_type, const char* unknown,
+              const char** msg) {
+  if (!v.IsString()) return Fail(msg, wrong_type);
+  if (!NameToCode(v.AsString(), name_of, out)) return Fail(msg, unknown);
+  return FORGE_RECALIB_OK;
+}
+
+// Reads the value of key k into *out.
+int ReadKey(int k, const RawValue& raw, const flexbuffers::Reference& v,
+            forge_recalib_options* out, const char** msg) {
+  switch (k) {
+    case kMomentum:
+      return NumberRead(ReadFloat(raw, &out->momentum), "option 'momentum' must be a float",
+                        "momentum must be a number in [0, 1]", msg);
+    case kWindow:
+      return NumberRead(ReadInt(raw, 1, INT32_MAX, &out->window),
+                        "option 'window' must be an integer",
+                        "window must be in [1, 2^31-1]", msg);
+    case kEps:
+      return NumberRead(ReadFloat(raw, &out->eps), "option 'eps' must be a float",
+                        "eps must be finite and > 0", msg);
+    case kActivation:
+      return NamedRead(v, forge_recalib_activation_name, &out->activation,
+                       "option 'activation' must be a string",
+                       "unknown activation (none, relu, relu6)", msg);
+    case kVariance:
+      return NamedRead(v, forge_recalib_variance_name, &out->variance,
+                       "option 'variance' must be a string",
+                       "unknown variance estimator (batch, running)", msg);
+    case kArithmetic:
+      return NamedRead(v, forge_recalib_arithmetic_name, &out->arithmetic,
+                       "option 'arithmetic' must be a string",
+                       "unknown arithmetic (float, int)", msg);
+    default:  // kLabelSafe
+      return NumberRead(ReadInt(raw, 0, 1, &out->label_safe),
+                        "option 'label_safe' must be an integer",
+                        "label_safe must be 0 or 1", msg);
+  }
+}
+
 }  // namespace
 
 int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
@@ -217,74 +291,21 @@ int ParseOptions(const uint8_t* data, size_t length, forge_recalib_options* out,
   if (keys.size() != values.size()) {
     return Fail(msg, "malformed flexbuffer options: key/value count mismatch");
   }
-  bool has_momentum = false, has_window = false, has_eps = false,
-       has_activation = false, has_variance = false, has_arithmetic = false,
-       has_label_safe = false;
+  uint32_t seen = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
     const flexbuffers::Reference key_ref = keys[i];
     if (!key_ref.IsKey()) return Fail(msg, "malformed flexbuffer options: key");
-    const char* key = key_ref.AsKey();
-    const flexbuffers::Reference v = values[i];
-    const RawValue raw = raw_values.At(i);
-    if (KeyIs(key, "momentum")) {
-      if (has_momentum) return Fail(msg, "duplicate option key 'momentum'");
-      has_momentum = true;
-      const OptionRead r = ReadFloat(raw, &out->momentum);
-      if (r == OptionRead::kWrongType) {
-        return Fail(msg, "option 'momentum' must be a float");
-      }
-      if (r == OptionRead::kOutOfRange) {
-        return Fail(msg, "momentum must be a number in [0, 1]");
-      }
-    } else if (KeyIs(key, "window")) {
-      if (has_window) return Fail(msg, "duplicate option key 'window'");
-      has_window = true;
-      const OptionRead r = ReadInt(raw, 1, INT32_MAX, &out->window);
-      if (r == OptionRead::kWrongType) return Fail(msg, "option 'window' must be an integer");
-      if (r == OptionRead::kOutOfRange) return Fail(msg, "window must be in [1, 2^31-1]");
-    } else if (KeyIs(key, "eps")) {
-      if (has_eps) return Fail(msg, "duplicate option key 'eps'");
-      has_eps = true;
-      const OptionRead r = ReadFloat(raw, &out->eps);
-      if (r == OptionRead::kWrongType) return Fail(msg, "option 'eps' must be a float");
-      if (r == OptionRead::kOutOfRange) return Fail(msg, "eps must be finite and > 0");
-    } else if (KeyIs(key, "activation")) {
-      if (has_activation) return Fail(msg, "duplicate option key 'activation'");
-      has_activation = true;
-      if (!v.IsString()) return Fail(msg, "option 'activation' must be a string");
-      if (!NameToCode(v.AsString(), forge_recalib_activation_name,
-                      &out->activation)) {
-        return Fail(msg, "unknown activation (none, relu, relu6)");
-      }
-    } else if (KeyIs(key, "variance")) {
-      if (has_variance) return Fail(msg, "duplicate option key 'variance'");
-      has_variance = true;
-      if (!v.IsString()) return Fail(msg, "option 'variance' must be a string");
-      if (!NameToCode(v.AsString(), forge_recalib_variance_name,
-                      &out->variance)) {
-        return Fail(msg, "unknown variance estimator (batch, running)");
-      }
-    } else if (KeyIs(key, "arithmetic")) {
-      if (has_arithmetic) return Fail(msg, "duplicate option key 'arithmetic'");
-      has_arithmetic = true;
-      if (!v.IsString()) return Fail(msg, "option 'arithmetic' must be a string");
-      if (!NameToCode(v.AsString(), forge_recalib_arithmetic_name,
-                      &out->arithmetic)) {
-        return Fail(msg, "unknown arithmetic (float, int)");
-      }
-    } else if (KeyIs(key, "label_safe")) {
-      if (has_label_safe) return Fail(msg, "duplicate option key 'label_safe'");
-      has_label_safe = true;
-      const OptionRead r = ReadInt(raw, 0, 1, &out->label_safe);
-      if (r == OptionRead::kWrongType) {
-        return Fail(msg, "option 'label_safe' must be an integer");
-      }
-      if (r == OptionRead::kOutOfRange) return Fail(msg, "label_safe must be 0 or 1");
-    } else {
+    const int k = KeyIndex(key_ref.AsKey());
+    if (k < 0) {
       return Fail(msg, "unknown option key (momentum, window, eps, activation, "
                        "variance, arithmetic, label_safe)");
     }
+    if (seen & (1u << k)) return Fail(msg, kKeys[k].duplicate);
+    seen |= 1u << k;
+    status = ReadKey(k, raw_values.At(i), values[i], out, msg);
+    if (status != FORGE_RECALIB_OK) return status;
   }
+  const bool has_momentum = (seen >> kMomentum) & 1u, has_window = (seen >> kWindow) & 1u;
   if (has_momentum == has_window) {
     return Fail(msg, "exactly one of momentum or window must be set");
   }
