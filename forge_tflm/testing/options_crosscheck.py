@@ -35,7 +35,7 @@ SRC_DIR = os.path.join(OP_DIR, "src")
 HARNESS = os.path.join(OP_DIR, "fuzz", "forge_recalib_options_fuzz.cc")
 SANITIZE = ["-g", "-O1", "-ffp-contract=off", "-fsanitize=address,undefined",
             "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
-# The host variant too (forge_recalib_s8_x86_path), as the Python extension builds it.
+# The host variant too (the x86 hooks), as the Python extension builds it.
 X86 = ["-DFORGE_RECALIB_X86=1"]
 FLT_MAX = float(np.finfo(np.float32).max)
 
@@ -88,9 +88,11 @@ def flatbuffers_version(inc: str) -> str:
 def build(cc, cxx, extra, inc, out_dir, name) -> tuple[str | None, str]:
   """The harness binary (path, "") or (None, the compiler's complaint)."""
   objs = []
-  for src in ("forge_recalib.c", "forge_recalib_x86.c"):
-    obj = os.path.join(out_dir, f"{name}_{src}.o")
-    r = nice([cc, "-std=c99", *SANITIZE, *X86, "-c", os.path.join(SRC_DIR, src),
+  with open(os.path.join(OP_DIR, "sources.txt")) as f:  # the op's one source list
+    core = [p for p in f.read().split() if p.endswith(".c")]
+  for src in core:
+    obj = os.path.join(out_dir, f"{name}_{os.path.basename(src)}.o")
+    r = nice([cc, "-std=c99", *SANITIZE, *X86, "-c", os.path.join(OP_DIR, src),
               "-o", obj])
     if r.returncode != 0:
       return None, r.stderr

@@ -16,7 +16,7 @@
 //    adds main() below: a deterministic mutation driver taking the libFuzzer
 //    flags -runs=N -seed=S and corpus files/directories, and -stream=FILE: run
 //    each input of FILE (records of a 2-byte little-endian length and the
-//    bytes) once, in order (tests/custom_ops/options_crosscheck.py writes them).
+//    bytes) once, in order (forge_tflm/testing/options_crosscheck.py writes them).
 // With FORGE_RECALIB_FUZZ_PRINT=1 in the environment each input's parse result
 // is printed ("<fnv1a64 of input> OK use_window=<int> momentum=<float32 bits>
 // ..." with every field of FORGE_RECALIB_OPTION_FIELDS, or "<fnv1a64> ERR
@@ -274,7 +274,7 @@ void RunRawOptions(const uint8_t* data, size_t size) {
 
 // "<hash> OK use_window=1 momentum=<bits> window=8 ..." (every option field,
 // floats as float32 bits) or "<hash> ERR <message>": compared line by line
-// with the Python decoder's verdict (tests/custom_ops/options_crosscheck.py).
+// with the Python decoder's verdict (forge_tflm/testing/options_crosscheck.py).
 void PrintVerdict(const uint8_t* data, size_t size, int status,
                   const forge_recalib_options& opts, const char* msg) {
   printf("%016llx ", static_cast<unsigned long long>(Fnv1a(data, size)));
