@@ -40,8 +40,13 @@ def test_the_list_names_every_source_once():
 def test_every_build_reads_the_list_and_names_no_source_itself():
   for path in BUILDS:
     code = _code(path)
-    assert "sources.txt" in code, f"{path} does not read the op's sources.txt"
+    assert "sources.txt" in code or "sources.mk" in code, (
+        f"{path} does not read the op's sources.txt (or sources.mk, which reads it)")
     assert not NAMED.findall(code), f"{path} names {NAMED.findall(code)} itself"
+
+
+def test_the_make_fragment_reads_the_list():
+  assert "$(FORGE_RECALIB_DIR)/sources.txt" in _code("custom_ops/forge_recalib/sources.mk")
 
 
 def test_bazel_core_glob_is_the_lists_c_files():
