@@ -29,12 +29,12 @@ VECTORS = os.path.join(MICRO_DIR, "forge_recalib_test_vectors.h")
 
 def test_checked_in_vectors_match_generator(tmp_path):
   out = tmp_path / "vectors.h"
-  r = subprocess.run([sys.executable, "-m", "forge_tflm.ops.c_test_vectors", str(out)],
+  r = subprocess.run([sys.executable, "-m", "forge_tflm.testing.c_test_vectors", str(out)],
                      capture_output=True, text=True, cwd=REPO_ROOT)
   assert r.returncode == 0, r.stderr
   with open(VECTORS) as f:
     assert out.read_text() == f.read(), (
-        "forge_recalib_test_vectors.h is stale: rerun python -m forge_tflm.ops.c_test_vectors")
+        "forge_recalib_test_vectors.h is stale: rerun python -m forge_tflm.testing.c_test_vectors")
 
 
 def _tflm_patch():
