@@ -12,6 +12,17 @@ SHARED_MLPERF_IC = os.path.join(os.path.dirname(REPO_ROOT), "shared", "models",
                                 "mlperf_tiny_ic")
 
 
+# Fuzz slices: the CI size under CI=true, a quarter of it in a developer's run (as
+# Hypothesis' "ci" profile runs more examples), FORGE_FUZZ_SCALE to choose.
+FUZZ_SCALE = float(os.environ.get("FORGE_FUZZ_SCALE",
+                                  "1" if os.environ.get("CI") == "true" else "0.25"))
+
+
+def fuzz_slice(ci_size: int) -> int:
+  """How many mutants a fuzz test runs where CI runs `ci_size`."""
+  return max(1, round(ci_size * FUZZ_SCALE))
+
+
 def pytest_addoption(parser):
   parser.addoption("--runslow", action="store_true", default=False,
                    help="also run tests marked slow")
@@ -28,7 +39,8 @@ MODULE_MARKS = {
               "deploy/test_firmware.py", "deploy/test_esp32s3_project.py",
               "custom_ops/test_tflm_kernel.py", "custom_ops/test_bazel.py",
               "custom_ops/test_esp_idf_component.py", "custom_ops/test_float_free_prepare.py",
-              "custom_ops/test_int_fpu_less.py"),
+              "custom_ops/test_int_fpu_less.py",
+              "custom_ops/test_fuzz_options.py"),  # also fuzz: its harness is C++
     "fuzz": ("runtime/test_fuzz_artifacts.py", "runtime/test_fuzz_manifests.py",
              "converter/test_fuzz_convert.py", "deploy/test_fuzz_deploy_inputs.py",
              "custom_ops/test_fuzz_options.py", "converter/test_fuzz_sites.py",
@@ -38,10 +50,12 @@ MODULE_MARKS = {
 
 def pytest_collection_modifyitems(config, items):
   tests_dir = os.path.dirname(os.path.abspath(__file__))
-  marks = {os.path.join(tests_dir, m): mark for mark, ms in MODULE_MARKS.items() for m in ms}
+  marks: dict[str, list[str]] = {}
+  for mark, modules in MODULE_MARKS.items():
+    for m in modules:
+      marks.setdefault(os.path.join(tests_dir, m), []).append(mark)
   for item in items:
-    mark = marks.get(str(item.path))
-    if mark:
+    for mark in marks.get(str(item.path), ()):
       item.add_marker(getattr(pytest.mark, mark))
   if config.getoption("--runslow"):
     return

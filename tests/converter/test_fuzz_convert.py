@@ -12,8 +12,9 @@ import pytest
 
 from forge_tflm.testing import artifact_fuzz as af
 from forge_tflm.testing import convert_fuzz as cf
+from tests.conftest import fuzz_slice
 
-MUTANTS = int(os.environ.get("FORGE_FUZZ_CONVERTS", "2000"))
+MUTANTS = fuzz_slice(2_000)
 
 
 def _describe(records):

@@ -5,11 +5,11 @@ site of the model, within a CPU second; benchmarks/fuzz_sites_resume.py runs 10,
 and more (benchmarks/results/fuzz_sites_resume.txt)."""
 
 import json
-import os
 
 from forge_tflm.testing import sites_fuzz as sf
+from tests.conftest import fuzz_slice
 
-MUTANTS = int(os.environ.get("FORGE_FUZZ_MUTANTS", "2000"))
+MUTANTS = fuzz_slice(2_000)
 
 
 def test_the_seeds_pass_and_the_oracle_sees_a_foreign_name(tmp_path):

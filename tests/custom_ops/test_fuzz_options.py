@@ -25,9 +25,10 @@ from flatbuffers import flexbuffers
 
 from forge_tflm import ops
 from forge_tflm.testing import options_crosscheck as oc
+from tests.conftest import fuzz_slice
 
-FUZZ_RUNS = 100_000
-CROSSCHECK_BUFFERS = 50_000
+FUZZ_RUNS = fuzz_slice(100_000)
+CROSSCHECK_BUFFERS = fuzz_slice(50_000)
 _run = oc.nice
 
 

@@ -8,12 +8,12 @@ benchmarks/fuzz_deploy_inputs.py runs 100,000 of each
 (benchmarks/results/fuzz_deploy_inputs.txt).
 """
 
-import os
 
 from forge_tflm.testing import deploy_fuzz as df
 from forge_tflm.testing import device_logs
+from tests.conftest import fuzz_slice
 
-MUTANTS = int(os.environ.get("FORGE_FUZZ_MUTANTS", "10000"))
+MUTANTS = fuzz_slice(10_000)
 
 
 def _describe(findings):

@@ -6,11 +6,11 @@ benchmarks/fuzz_sites_resume.py runs 10,000 and more
 (benchmarks/results/fuzz_sites_resume.txt)."""
 
 import math
-import os
 
 from forge_tflm.testing import resume_fuzz as rf
+from tests.conftest import fuzz_slice
 
-MUTANTS = int(os.environ.get("FORGE_FUZZ_MUTANTS", "2000"))
+MUTANTS = fuzz_slice(2_000)
 
 
 def test_the_oracle_sees_impossible_gate_records():

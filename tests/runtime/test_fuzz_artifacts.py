@@ -11,11 +11,11 @@ wall time on 2 idle cores; benchmarks/fuzz_artifacts.py runs 100,000
 (benchmarks/results/superseded/fuzz_artifacts.txt).
 """
 
-import os
 
 from forge_tflm.testing import artifact_fuzz as af
+from tests.conftest import fuzz_slice
 
-MUTANTS = int(os.environ.get("FORGE_FUZZ_MUTANTS", "4000"))
+MUTANTS = fuzz_slice(4_000)
 
 
 def _describe(records):

@@ -10,11 +10,11 @@ About 1.5 ms per mutant (15-30 s on the shared CI host); benchmarks/fuzz_manifes
 runs 100,000 (benchmarks/results/fuzz_manifests.txt).
 """
 
-import os
 
 from forge_tflm.testing import manifest_fuzz as mf
+from tests.conftest import fuzz_slice
 
-MUTANTS = int(os.environ.get("FORGE_FUZZ_MANIFESTS", "10000"))
+MUTANTS = fuzz_slice(10_000)
 
 
 def test_fuzz_manifests_no_traceback_crash_or_contradiction(tmp_path):
