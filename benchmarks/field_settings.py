@@ -1,5 +1,6 @@
 """The field controller's trade-off with its label-correlation detector on and off: one
-table from the field_protocols.py results named field_settings_<model>_<on|off>[_bs1].md.
+table from the field_protocols.py results named field_settings_<model>_<on|off>[_bs1][_all].md
+(_all: the whole test split per corruption, --limit=0).
 
 Reads every such file present in --results_dir (nothing is measured here; every number
 is parsed from those tables) and prints one row per model x batch size x stream order:
@@ -29,16 +30,17 @@ from benchmarks._report import command_line, dated, emit  # noqa: E402
 
 MODELS = {"r20": "ResNet-20", "mnv2": "MobileNetV2-0.5", "r8": "ResNet-8 (MLPerf Tiny)"}
 NAME = re.compile(r"^field_settings_(?P<model>[a-z0-9]+)_(?P<detector>on|off)"
-                  r"(?P<bs1>_bs1)?\.md$")
+                  r"(?P<bs1>_bs1)?(?P<all>_all)?\.md$")
 DETECTORS = ("on", "off")
 
 
 def parse(path: str) -> dict:
-  """{'batch': int, 'rows': [(stream order, {column: cell})]} from one field_protocols.py
-  result file."""
+  """{'batch': int, 'images': images per corruption (0: the whole split), 'rows': [(stream
+  order, {column: cell})]} from one field_protocols.py result file."""
   with open(path) as f:
     text = f.read()
   batch = re.search(r"severity 5, batch (\d+),", text)
+  images = re.search(r"^# (\d+|all) test images per corruption", text, re.M)
   header, rows = None, []
   for line in text.splitlines():
     if not line.startswith("|"):
@@ -48,9 +50,10 @@ def parse(path: str) -> dict:
       header = [c + ", gated" if c in cells[:i] else c for i, c in enumerate(cells)]
     elif not all(set(c) <= set("-: ") for c in cells):
       rows.append((cells[0], dict(zip(header, cells))))
-  if header is None or batch is None:
+  if header is None or batch is None or images is None:
     raise SystemExit(f"{path}: not a field_protocols.py table")
-  return {"batch": int(batch.group(1)), "rows": rows}
+  return {"batch": int(batch.group(1)), "rows": rows,
+          "images": 0 if images.group(1) == "all" else int(images.group(1))}
 
 
 def gated(cells: dict) -> tuple[str, str, str]:
@@ -69,15 +72,17 @@ def table(results_dir: str) -> tuple[list[str], list[str]]:
       continue
     doc = parse(os.path.join(results_dir, name))
     sources.append(name)
-    found[(m["model"], doc["batch"], m["detector"])] = doc
-  head = ("| model | batch | stream order | int8 source | FORGE | gated, detector on | "
-          "hurts (worst) | kept | gated, detector off | hurts (worst) | kept |")
-  lines = [head, "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    found[(m["model"], doc["batch"], doc["images"], m["detector"])] = doc
+  head = ("| model | batch | images per corruption | stream order | int8 source | FORGE | "
+          "gated, detector on | hurts (worst) | kept | gated, detector off | hurts (worst) "
+          "| kept |")
+  lines = [head, "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+           "| ---: |"]
   order = {k: i for i, k in enumerate(MODELS)}
-  keys = sorted({(mod, b) for mod, b, _ in found},
-                key=lambda k: (order.get(k[0], len(order)), k[0], -k[1]))
-  for mod, batch in keys:
-    docs = {d: found.get((mod, batch, d)) for d in DETECTORS}
+  keys = sorted({(mod, b, n) for mod, b, n, _ in found},
+                key=lambda k: (order.get(k[0], len(order)), k[0], -k[1], k[2] or 10**9))
+  for mod, batch, images in keys:
+    docs = {d: found.get((mod, batch, images, d)) for d in DETECTORS}
     streams = []
     for d in DETECTORS:
       for label, _ in (docs[d] or {"rows": []})["rows"]:
@@ -95,7 +100,8 @@ def table(results_dir: str) -> tuple[list[str], list[str]]:
       cells = []
       for d in DETECTORS:
         cells += list(gated(per[d])) if per[d] is not None else ["not run", "", ""]
-      lines.append("| " + " | ".join([MODELS.get(mod, mod), str(batch), label, *base,
+      n = f"{images:,}" if images else "whole split"
+      lines.append("| " + " | ".join([MODELS.get(mod, mod), str(batch), n, label, *base,
                                       *cells]) + " |")
   return lines, sources
 
@@ -107,7 +113,8 @@ def main(argv=None) -> int:
   args = ap.parse_args(argv)
   lines, sources = table(args.results_dir)
   if not sources:
-    raise SystemExit(f"no field_settings_<model>_<on|off>[_bs1].md in {args.results_dir}")
+    raise SystemExit(f"no field_settings_<model>_<on|off>[_bs1][_all].md in "
+                     f"{args.results_dir}")
   report = [
       dated(command_line("field_settings.py", argv)) + " (from " + ", ".join(sources) + ")",
       "# the gated FORGE (forge-gated) with its label-correlation detector on (default, "
