@@ -73,27 +73,9 @@ def insert_recalib(model: "schema.ModelT", sites: list[BNSite], op_index: dict[s
       scale, zp, saturated = grid
       pre_quant = (scale, zp)
 
-    pre = schema.TensorT()
-    pre.shape = list(out.shape)
-    pre.shapeSignature = list(out.shapeSignature) if out.shapeSignature is not None else None
-    pre.type = out.type
-    pre.buffer = 0
-    # The site's name, not the conv output's (often 150+ characters): flash.
-    pre.name = f"{site.name}/forge_preact"
-    pre.quantization = tg.make_quant(*pre_quant)
-    subgraph.tensors.append(pre)
-    pre_idx = len(subgraph.tensors) - 1
-
-    consts = []
-    for suffix, values in (("beta", site.beta), ("gamma_abs", site.gamma_abs)):
-      t = schema.TensorT()
-      t.shape = [site.channels]
-      t.type = schema.TensorType.FLOAT32
-      t.buffer = tg.add_const_buffer(model, np.asarray(values, np.float32))
-      t.name = f"{site.name}/forge_{suffix}"
-      subgraph.tensors.append(t)
-      consts.append(len(subgraph.tensors) - 1)
-
+    pre_idx = _add_preact(subgraph, site, out, pre_quant)
+    pre = subgraph.tensors[pre_idx]
+    consts = _add_targets(model, subgraph, site)
     conv.outputs[0] = pre_idx
     if grid is not None:
       conv.builtinOptions.fusedActivationFunction = schema.ActivationFunctionType.NONE
@@ -109,16 +91,51 @@ def insert_recalib(model: "schema.ModelT", sites: list[BNSite], op_index: dict[s
     inserted.append(InsertedSite(site, options, pre_quant, out_quant,
                                  tg.tensor_name(pre), tg.tensor_name(out), saturated))
 
+  forge_index = _splice(subgraph, new_ops)
+  return [dataclasses.replace(s, op_index=forge_index[op_index[s.site.name]])
+          for s in inserted]
+
+
+def _add_preact(subgraph, site: BNSite, out, pre_quant) -> int:
+  """The conv's new output (FORGE's input): the output's shape and type on its own
+  grid; returns its index."""
+  pre = schema.TensorT()
+  pre.shape = list(out.shape)
+  pre.shapeSignature = list(out.shapeSignature) if out.shapeSignature is not None else None
+  pre.type = out.type
+  pre.buffer = 0
+  # The site's name, not the conv output's (often 150+ characters): flash.
+  pre.name = f"{site.name}/forge_preact"
+  pre.quantization = tg.make_quant(*pre_quant)
+  subgraph.tensors.append(pre)
+  return len(subgraph.tensors) - 1
+
+
+def _add_targets(model, subgraph, site: BNSite) -> list[int]:
+  """The site's float32 targets as constant tensors: [beta, gamma_abs] indices."""
+  consts = []
+  for suffix, values in (("beta", site.beta), ("gamma_abs", site.gamma_abs)):
+    t = schema.TensorT()
+    t.shape = [site.channels]
+    t.type = schema.TensorType.FLOAT32
+    t.buffer = tg.add_const_buffer(model, np.asarray(values, np.float32))
+    t.name = f"{site.name}/forge_{suffix}"
+    subgraph.tensors.append(t)
+    consts.append(len(subgraph.tensors) - 1)
+  return consts
+
+
+def _splice(subgraph, new_ops: dict[int, object]) -> dict[int, int]:
+  """Puts each new op right after its conv; returns conv index -> the new op's index."""
   ops = []
-  forge_index = {}  # Conv index -> the index its FORGE op gets.
+  forge_index = {}
   for i, op in enumerate(subgraph.operators):
     ops.append(op)
     if i in new_ops:
       forge_index[i] = len(ops)
       ops.append(new_ops[i])
   subgraph.operators = ops
-  return [dataclasses.replace(s, op_index=forge_index[op_index[s.site.name]])
-          for s in inserted]
+  return forge_index
 
 
 def with_options(model: "schema.ModelT", site: InsertedSite,

@@ -20,6 +20,8 @@ from forge_tflm.cli.recalib_flags import define_recalib_flags, recalib_flag_valu
 
 
 def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
+  """The command's flags, essential ones first (one declaration per flag: a list, not
+  logic, so it runs past ~60 lines)."""
   from forge_tflm.artifact import TARGET_SOURCES
   from forge_tflm.converter.options import ConvertOptions
   d = ConvertOptions()

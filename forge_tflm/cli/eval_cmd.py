@@ -25,6 +25,8 @@ from forge_tflm.cli.sweep_flags import define_sweep_flags, executor_from_flags
 
 
 def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
+  """The command's flags, essential ones first (one declaration per flag: a list, not
+  logic, so it runs past ~60 lines)."""
   flags.DEFINE_string("artifact", None, "Converted .tflite with FORGE_RECALIB (its"
                       " manifest .json next to it gives the input contract).",
                       flag_values=fv)
@@ -125,9 +127,13 @@ def gate_config(fv: flags.FlagValues) -> GateConfig:
 
 def _check_flags(fv: flags.FlagValues) -> list[str]:
   """Every flag checked before any work; returns the corruption names."""
-  import math
+  _check_methods(fv)
+  corruptions = _check_corruptions(fv)
+  _check_settings(fv)
+  return corruptions
 
-  from forge_tflm.corruptions import CORRUPTIONS
+
+def _check_methods(fv: flags.FlagValues) -> None:
   from forge_tflm.evaluation.protocol import FP32_NAMES, INT8_NAMES
 
   methods = fv.methods
@@ -149,6 +155,11 @@ def _check_flags(fv: flags.FlagValues) -> list[str]:
   if fp32 and not fv.keras_model:
     raise _flag_error("methods", methods, f"{', '.join(fp32)} run the float model: give"
                       " --keras_model")
+
+
+def _check_corruptions(fv: flags.FlagValues) -> list[str]:
+  """The corruption names (`all` expanded), each one the chosen source has."""
+  from forge_tflm.corruptions import CORRUPTIONS
 
   corruptions = list(fv.corruptions)
   if not corruptions or any(not c for c in corruptions):
@@ -185,7 +196,11 @@ def _check_flags(fv: flags.FlagValues) -> list[str]:
   if fv.include_clean and fv.corrupted_from != "generated":
     raise ValueError("--include_clean needs --corrupted_from=generated (the clean split"
                      " is the stream the corruptions are generated from)")
+  return corruptions
 
+
+def _check_settings(fv: flags.FlagValues) -> None:
+  """The gate's and the op's settings, as the run would build them."""
   try:
     gate_config(fv)
   except ValueError as e:
@@ -198,7 +213,6 @@ def _check_flags(fv: flags.FlagValues) -> list[str]:
     except ValueError as e:
       given = " ".join(f"--{k}={v}" for k, v in overrides.items())
       raise ValueError(f"{given}: {e}") from e
-  return corruptions
 
 
 def _check_paths(fv: flags.FlagValues, methods):
