@@ -2,6 +2,9 @@
 
 import os
 import re
+import subprocess
+
+import pytest
 
 from tests.conftest import REPO_ROOT
 
@@ -35,10 +38,23 @@ def test_requirements_are_exact_pins():
   assert pins["tensorflow"] == "2.21.0" and pins["ai-edge-litert"] == "2.3.0"
 
 
-def test_product_layout_exists():
-  for path in ("forge_tflm", "converter", "custom_ops", "esp32s3_app", "tests",
-               "WORKSPACE", "requirements.txt", "pyproject.toml", "README.md"):
+# The product card's layout, and what else the top level may hold (a new top-level
+# room is a decision, not an accident).
+PRODUCT_CARD = {"forge_tflm", "converter", "custom_ops", "esp32s3_app", "tests", "WORKSPACE",
+                "requirements.txt"}
+ALSO_TOP_LEVEL = {".ci", ".gitignore", "README.md", "pyproject.toml", "setup.py",
+                  "requirements-nodeps.txt", "benchmarks", "docs", "models", "results"}
+
+
+def test_product_layout_exists_and_the_top_level_holds_nothing_else():
+  for path in sorted(PRODUCT_CARD | {"pyproject.toml", "README.md"}):
     assert os.path.exists(os.path.join(REPO_ROOT, path)), path
+  tracked = subprocess.run(["git", "ls-files"], cwd=REPO_ROOT, capture_output=True,
+                           text=True)
+  if tracked.returncode != 0:
+    pytest.skip("not a git checkout")
+  top = {line.split("/")[0] for line in tracked.stdout.splitlines()}
+  assert top <= PRODUCT_CARD | ALSO_TOP_LEVEL, sorted(top - PRODUCT_CARD - ALSO_TOP_LEVEL)
 
 
 def test_every_package_is_listed_in_pyproject():

@@ -61,6 +61,7 @@ def test_parity_randomized_small_streams():
   start, steps = time.perf_counter(), 0
   for _ in range(N_SMALL_STREAMS):
     steps += _run_stream(cases.random_case(rng))
+  assert steps >= N_SMALL_STREAMS  # every stream ran at least one compared batch
   print(f"{N_SMALL_STREAMS} streams, {steps} steps in "
         f"{time.perf_counter() - start:.1f} s")
   assert steps >= N_SMALL_STREAMS
