@@ -67,9 +67,14 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
-  """Each test session caches decoded datasets in its own folder, never in ~."""
+  """Each test session caches decoded datasets in its own folder, never in ~; the xdist
+  workers of one session share it (its writes are atomic), so the splits are decoded
+  once per session, not once per worker."""
   if "FORGE_TFLM_CACHE" not in os.environ:
-    monkeypatch.setenv("FORGE_TFLM_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+      base = base.parent
+    monkeypatch.setenv("FORGE_TFLM_CACHE", str(base / "cache"))
 
 
 @pytest.fixture
