@@ -29,7 +29,7 @@ def pytest_addoption(parser):
 
 
 # What a test module needs beyond Python, as markers: the fast loop is
-# `pytest -m "not slow and not emulator and not build and not fuzz"`.
+# `pytest -n 2 -m "not slow and not emulator and not build"` (fuzz slices scaled: fuzz_slice).
 MODULE_MARKS = {
     "emulator": ("deploy/test_cortexm.py", "deploy/test_esp32s3_qemu.py",
                  "deploy/test_esp32s3_idf.py", "deploy/test_esp32s3_mlperf.py",

@@ -62,3 +62,14 @@ def test_no_c_file_includes_another():
     with open(path) as f:
       included = re.findall(r'^\s*#\s*include\s+"([^"]+\.(?:c|cc))"', f.read(), re.M)
     assert not included, f"{os.path.relpath(path, REPO_ROOT)} includes {included}"
+
+
+def test_the_packaged_component_keeps_every_listed_source():
+  """The component manager packs the folder minus idf_component.yml's exclusions; its
+  CMakeLists compiles every file of sources.txt (the x86 variant was excluded once)."""
+  with open(os.path.join(OP, "idf_component.yml")) as f:
+    text = f.read()
+  excluded = re.findall(r'^\s+- "([^"]+)"', text.split("exclude:", 1)[1], re.M)
+  kept_out = [p for p in _listed() + ["sources.txt"]
+              if any(p == e or p.startswith(e.rstrip("/") + "/") for e in excluded)]
+  assert not kept_out, f"idf_component.yml excludes {kept_out}"
