@@ -923,10 +923,16 @@ def main(argv=None) -> int:
     worker(args.run_seed, range(args.start, args.stop, args.step), args.workdir,
            sys.stdout)
     return 0
-  summary = fuzz(args.mutants, args.workers, args.run_seed, args.start, args.workdir,
-                 progress=lambda n, c: print(n, dict(c), file=sys.stderr, flush=True))
+  return campaign(fuzz, args, FAILURES)
+
+
+def campaign(fuzz_fn, args, failures) -> int:
+  """A fuzzer's command line without --worker/--load: runs the campaign with progress on
+  stderr, prints its summary; exit 1 when any mutant ended in one of `failures`."""
+  summary = fuzz_fn(args.mutants, args.workers, args.run_seed, args.start, args.workdir,
+                    progress=lambda n, c: print(n, dict(c), file=sys.stderr, flush=True))
   print(json.dumps(summary, indent=1))
-  return 1 if any(summary["counts"].get(k) for k in FAILURES) else 0
+  return 1 if any(summary["counts"].get(k) for k in failures) else 0
 
 
 if __name__ == "__main__":

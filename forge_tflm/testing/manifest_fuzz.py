@@ -529,10 +529,7 @@ def main(argv=None) -> int:
     worker(args.run_seed, range(args.start, args.stop, args.step), args.workdir,
            sys.stdout)
     return 0
-  summary = fuzz(args.mutants, args.workers, args.run_seed, args.start, args.workdir,
-                 progress=lambda n, c: print(n, dict(c), file=sys.stderr, flush=True))
-  print(json.dumps(summary, indent=1))
-  return 1 if any(summary["counts"].get(k) for k in FAILURES) else 0
+  return af.campaign(fuzz, args, FAILURES)
 
 
 if __name__ == "__main__":
