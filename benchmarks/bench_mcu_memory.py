@@ -42,11 +42,16 @@ LABELS = {"forge_all": "FORGE, 21 sites", "forge_3": "FORGE, 3 sites", "plain": 
 HOST_TARGETS = ("reference", "esp_nn")
 
 
-def _size(tool: str, objects: list[str]) -> int:
-  """text + data + bss of the objects, from binutils' `size`."""
+def _size(tool: str, objects: list[str]) -> tuple[int, list[str]]:
+  """text + data + bss of the objects, from binutils' `size`; and the objects that
+  hold any (every target compiles every variant's source, empty off its target)."""
+  if not objects:
+    raise RuntimeError("no FORGE objects found (the build folder's layout changed?)")
   r = subprocess.run([tool, "-t"] + objects, capture_output=True, text=True, check=True)
-  total = r.stdout.strip().splitlines()[-1].split()
-  return int(total[0]) + int(total[1]) + int(total[2])
+  rows = [line.split() for line in r.stdout.strip().splitlines()[1:]]
+  total = rows[-1]
+  held = [row[-1] for row in rows[:-1] if sum(int(v) for v in row[:3])]
+  return int(total[0]) + int(total[1]) + int(total[2]), held
 
 
 def run_host(target: str, artifacts: dict, x_by_name: dict, work: str) -> dict:
@@ -62,8 +67,10 @@ def run_host(target: str, artifacts: dict, x_by_name: dict, work: str) -> dict:
     if r.returncode != 0 or not run.ok:
       raise RuntimeError(f"{target}/{name} failed:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
     out[name] = run.mem
-  objs = sorted(glob.glob(os.path.join(os.path.dirname(binary), "forge", "*.o")))
-  return {"mem": out, "code": _size("size", objs), "objects": objs}
+  kind = "host" if target == "reference" else f"host-{target}"  # as build_host names it
+  code, objs = _size("size", sorted(glob.glob(os.path.join(targets.build_dir(kind), "forge",
+                                                          "*.o"))))
+  return {"mem": out, "code": code, "objects": objs}
 
 
 def run_board(board: str, artifacts: dict, x_by_name: dict) -> dict:
@@ -78,9 +85,9 @@ def run_board(board: str, artifacts: dict, x_by_name: dict) -> dict:
     if not run.ok:
       raise RuntimeError(f"{board}/{name} failed:\n{text[-2000:]}")
     out[name] = run.mem
-  objs = sorted(glob.glob(os.path.join(targets.build_dir(f"cortexm-{board}"), "forge",
-                                       "*.o")))
-  return {"mem": out, "code": _size("arm-none-eabi-size", objs), "objects": objs}
+  code, objs = _size("arm-none-eabi-size", sorted(glob.glob(
+      os.path.join(targets.build_dir(f"cortexm-{board}"), "forge", "*.o"))))
+  return {"mem": out, "code": code, "objects": objs}
 
 
 def main(argv=None) -> int:
@@ -142,7 +149,7 @@ def main(argv=None) -> int:
                    f"{m['forge_state']:,} | {op_data:,} | {rest:,} | "
                    f"{memory['arena_added_bytes_32bit']:,} | {largest:,} |")
   lines += ["", "## Flash (bytes)", "",
-            "| target | FORGE objects (code + data, before --gc-sections) |",
+            "| target | FORGE objects (code + data, before --gc-sections; empty ones left out) |",
             "| --- | ---: |"]
   for t in wanted:
     names = ", ".join(os.path.basename(o) for o in results[t]["objects"])
