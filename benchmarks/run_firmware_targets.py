@@ -38,27 +38,36 @@ sys.path.insert(0, REPO_ROOT)
 from benchmarks._report import command_line, dated, emit  # noqa: E402
 
 
-def artifacts() -> dict[str, str]:
-  import subprocess
-
+def _converted(model: str, name: str, args: list[str]) -> str:
+  """`model` converted with `args` once into its converter-keyed build-cache folder (the
+  tests' conversions: tests/deploy/test_mlperf_parity.py, test_host_parity_mobilenet.py
+  convert the same into the same file), so a converter change reconverts."""
   from forge_tflm.deploy import targets, toolchains
 
+  root = targets.artifact_root(model)
+  path = os.path.join(root, name)
+  with toolchains.locked(root + ".lock"):
+    os.makedirs(root, exist_ok=True)
+    if not os.path.exists(path):
+      targets.convert([f"--output={path}"] + args, model=model)
+  return path
+
+
+def artifacts(cost_only: bool = False) -> dict[str, str]:
+  """label -> .tflite of each artifact run, and "_data"; cost_only: the ResNet-20 ones."""
+  from forge_tflm.deploy import targets
+
   r20 = targets.r20_artifacts()
-  r8 = os.path.join(toolchains.build_cache(), "bench_artifacts", "r8_forge.tflite")
-  r8_model = os.path.join(targets.MLPERF_IC_DIR, "pretrainedResnet_quant.tflite")
-  if not os.path.exists(r8):  # as tests/deploy/test_mlperf_parity.py converts it
-    subprocess.run([sys.executable, "-m", "forge_tflm.cli.main", "convert", f"--model={r8_model}",
-                    f"--data_dir={targets.DATA_DIR}", f"--output={r8}", "--input_range=0,255",
-                    "--calibration_size=200"], check=True, capture_output=True)
-  mbv2 = os.path.join(toolchains.build_cache(), "bench_artifacts", "mbv2_forge.tflite")
-  if not os.path.exists(mbv2):  # as tests/deploy/test_host_parity_mobilenet.py does
-    subprocess.run([sys.executable, "-m", "forge_tflm.cli.main", "convert",
-                    f"--model={os.path.join(REPO_ROOT, 'models', 'mobilenet_v2_0.5_cifar10.keras')}",
-                    f"--data_dir={targets.DATA_DIR}", f"--output={mbv2}"], check=True,
-                   capture_output=True)
-  return {"ResNet-20, 21 sites": r20["forge_all"], "ResNet-20, 3 sites": r20["forge_3"],
-          "ResNet-20 plain (no site)": r20["plain"], "MLPerf ResNet-8, 9 sites": r8,
-          "MobileNetV2-0.5, 52 sites, arena in PSRAM": mbv2, "_data": targets.DATA_DIR}
+  arts = {"ResNet-20, 21 sites": r20["forge_all"], "ResNet-20, 3 sites": r20["forge_3"],
+          "ResNet-20 plain (no site)": r20["plain"]}
+  if not cost_only:
+    arts["MLPerf ResNet-8, 9 sites"] = _converted(
+        os.path.join(targets.MLPERF_IC_DIR, "pretrainedResnet_quant.tflite"),
+        "r8_forge_all.tflite", ["--input_range=0,255", "--calibration_size=200"])
+    arts["MobileNetV2-0.5, 52 sites, arena in PSRAM"] = _converted(
+        os.path.join(REPO_ROOT, "models", "mobilenet_v2_0.5_cifar10.keras"),
+        "mbv2_forge_all.tflite", [])
+  return {**arts, "_data": targets.DATA_DIR}
 
 
 def cost(arts: dict, data: str, images: int, argv) -> list[str]:
@@ -101,7 +110,7 @@ def main(argv=None) -> int:
   from forge_tflm.deploy import firmware
   from forge_tflm.evaluation import field_streams
 
-  arts = artifacts()
+  arts = artifacts(cost_only=args.cost)
   if args.cost:
     emit("\n".join(cost(arts, arts.pop("_data"), args.images, argv)) + "\n", args.output)
     return 0
