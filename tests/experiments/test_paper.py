@@ -75,3 +75,18 @@ def test_a_missing_value_names_its_file(tmp_path):
   assert row("CIFAR-10-C: ungated (hurt) / fires / gated (hurt)").ours.render(str(tmp_path)) == \
       "missing (results/gate/result.json)"
   assert paper.table_cell("| a | b |\n| --- | --- |\n| x | 1 |\n", ("x",), "b") == "1"
+
+
+def test_the_energy_row_reads_each_board_from_its_section(tmp_path):
+  energy = row("inference / inference + adapt / overhead (ms)")
+  cost = copy(tmp_path, "benchmarks/results/mcu_cost.txt")
+  copy(tmp_path, "benchmarks/results/esp32s3_cost.txt")
+  # The 21-site row's "vs plain" cell, in each board's section (an386 first, an547 next).
+  text, n = re.subn(r"^(\| FORGE, 21 sites \|(?:[^|]*\|){3}) \+[0-9.]+% \|", r"\g<1> +9.9% |",
+                    cost.read_text(), count=1, flags=re.M)
+  assert n == 1
+  cost.write_text(text)
+  assert energy.ours.render(str(tmp_path)).endswith("; Cortex-M4F +9.9%")
+  # The M4F figure is the an386 section's: with that section gone it is missing, not the M55's.
+  cost.write_text(text.replace("## an386", "## gone"))
+  assert energy.ours.render(str(tmp_path)) == "missing (benchmarks/results/mcu_cost.txt)"
