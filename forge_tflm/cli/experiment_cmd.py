@@ -36,6 +36,12 @@ def define_flags(fv: flags.FlagValues) -> flags.FlagValues:
   flags.DEFINE_integer("train_epochs", None, "Epochs for models an experiment must train"
                        " (generalization); default: forge_tflm train's.", lower_bound=1,
                        flag_values=fv)
+  from forge_tflm.artifact import TARGET_SOURCES
+
+  flags.DEFINE_enum("targets", None, list(TARGET_SOURCES), "FORGE's clean targets in the"
+                    " models the experiment converts (convert --targets); unset: the"
+                    " converter's default (measured). recorded: the paper's design.",
+                    flag_values=fv)
   define_sweep_flags(fv)
   return fv
 
@@ -56,9 +62,10 @@ def run(fv: flags.FlagValues, command: str) -> int:
       raise ValueError(f"--dataset_dir={item!r}: expected NAME=PATH")
     dataset_dirs[name] = path
   train = {"epochs": fv.train_epochs} if fv.train_epochs else {}
+  convert = {"targets": fv.targets} if fv.targets else {}
   ctx = ExperimentContext(fv.data_dir, fv.output_root, fv.artifact_dir,
                           executor_from_flags(fv), command, fv.images,
-                          dataset_dirs=dataset_dirs, train=train)
+                          dataset_dirs=dataset_dirs, train=train, convert=convert)
   out = run_experiment(fv.name, ctx)
   with open(os.path.join(out, "result.md")) as f:
     print(f.read(), end="")

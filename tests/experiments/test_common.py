@@ -54,6 +54,16 @@ def test_command_line(fake, tmp_path, capsys):
   assert "does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag, targets", [([], "measured"),
+                                           (["--targets=recorded"], "recorded")])
+def test_result_names_the_targets_of_the_models_it_converted(fake, tmp_path, flag, targets):
+  assert cli.main(["forge_tflm", "experiment", "fake", f"--output_root={tmp_path}",
+                   f"--artifact_dir={tmp_path / 'runs'}", "--executor=inline",
+                   "--images=5"] + flag) == 0
+  doc = json.loads((tmp_path / "fake" / "result.json").read_text())
+  assert doc["targets"] == targets
+
+
 def test_grouped_bars_skip_missing_values(tmp_path):
   path = str(tmp_path / "bars.png")
   common.grouped_bars(path, {"a": {"x": 1.0, "y": None}, "b": {"x": -2.0, "y": 0.5}},

@@ -90,3 +90,29 @@ def test_the_energy_row_reads_each_board_from_its_section(tmp_path):
   # The M4F figure is the an386 section's: with that section gone it is missing, not the M55's.
   cost.write_text(text.replace("## an386", "## gone"))
   assert energy.ours.render(str(tmp_path)) == "missing (benchmarks/results/mcu_cost.txt)"
+
+
+def test_rows_with_targets_show_the_recorded_design_read_from_its_files():
+  # Where a figure is FORGE's, the paper's design stands beside it: read from the
+  # recorded-target run (results/recorded_targets/), or "= ours" when the experiment
+  # itself ran with recorded targets (its result.json says so).
+  lines = paper.markdown(ROOT)
+  recorded = lambda claim: line(lines, claim).split(" | ")[4]
+  baselines = json.load(open(os.path.join(ROOT, "results/recorded_targets/baselines/result.json")))
+  assert baselines["targets"] == "recorded"
+  twin = baselines["results"]["summary"]["forge"]["mean_recovery"]
+  assert f"{twin:+.1f}" in recorded("FORGE: accuracy / recovery (std, 5 orderings)")
+  momentum = json.load(open(os.path.join(ROOT, "results/momentum/result.json")))
+  expected = "= ours" if momentum["targets"] == "recorded" else "not run"
+  assert recorded("recovery at m = 0.01 / 0.03 / 0.1 / 0.3 / 1.0").startswith(expected)
+  assert recorded("source (fp32) accuracy") == ""
+
+
+def test_every_result_names_its_targets():
+  for folder in ("results", "results/recorded_targets"):
+    for name in os.listdir(os.path.join(ROOT, folder)):
+      path = os.path.join(ROOT, folder, name, "result.json")
+      if os.path.exists(path):
+        targets = json.load(open(path))["targets"]
+        assert targets in ("measured", "recorded"), (path, targets)
+        assert (targets == "recorded") or folder == "results", path
