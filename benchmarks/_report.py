@@ -27,6 +27,11 @@ def dated(command: str) -> str:
   return f"# {datetime.date.today().isoformat()}: {command.strip()}"
 
 
+def run_head(script: str, seconds: float, argv=None) -> list[str]:
+  """A result file's first lines: the dated command and the run's total time."""
+  return [dated(command_line(script, argv)), f"# total {seconds:.0f} s", ""]
+
+
 def outcome_table(title: str, rows: dict, outcomes) -> list[str]:
   """One row per seed or mutator: its count of each outcome and the total."""
   lines = [f"{title:<12}" + "".join(f"{o:>14}" for o in outcomes) + f"{'total':>10}"]

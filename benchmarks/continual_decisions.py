@@ -28,7 +28,7 @@ import numpy as np
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks._report import command_line, dated, emit  # noqa: E402
+from benchmarks._report import emit, run_head  # noqa: E402
 
 
 def traced_gate(reset_at_probe: bool):
@@ -130,8 +130,7 @@ def main() -> int:
         seen, stream = run(path, args.data_dir, limit, args.batch_size, reset, period)
         body += section(path, args.batch_size, period, reset, seen, stream,
                         lambda i: CORRUPTIONS[i // limit])
-  head = [dated(command_line("continual_decisions.py", sys.argv[1:])),
-          f"# total {time.time() - t0:.0f} s", "",
+  head = run_head("continual_decisions.py", time.time() - t0) + [
           f"Continual streams: the 15 corruptions of {args.limit} test images each (severity"
           " 5), back to back in the order `forge_tflm eval --protocol=continual` draws"
           " (ordering 0), no reset; the gate's period in each heading (10,240: a device's);"

@@ -30,7 +30,7 @@ import numpy as np
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks._report import command_line, dated, emit  # noqa: E402
+from benchmarks._report import emit, run_head  # noqa: E402
 
 ORDERS = ("shuffled", "sorted", "dirichlet")
 
@@ -144,8 +144,7 @@ def main() -> int:
   body = []
   for path in args.artifacts.split(","):
     body += table(path, measure(path, args.data_dir, args.limit, args.batch_size))
-  head = [dated(command_line("detector_agreement.py", sys.argv[1:])),
-          f"# total {time.time() - t0:.0f} s", "",
+  head = run_head("detector_agreement.py", time.time() - t0) + [
           "## The label-correlation detector on the source's labels", "",
           f"{args.limit} test images per corruption, severity 5, seed 0; agreement: share "
           "of consecutive source predictions that agree; flagged: share of images after "
