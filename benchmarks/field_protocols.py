@@ -69,6 +69,8 @@ def main(argv=None) -> int:
                   help="default: a device's (forge_tflm.evaluation.gate.DEVICE_PERIOD)")
   ap.add_argument("--gate_label_window", type=int, default=None,
                   help="forge_tflm eval --gate_label_window (default: the gate's)")
+  ap.add_argument("--gate_probe_images", type=int, default=None,
+                  help="forge_tflm eval --gate_probe_images (default: the gate's)")
   ap.add_argument("--settings", default=",".join(str(i) for i in range(len(SETTINGS))),
                   help="indices into the table's rows, comma-separated")
   ap.add_argument("--executor", default="inline", help="forge_tflm eval --executor")
@@ -95,6 +97,8 @@ def main(argv=None) -> int:
              f"--output_dir={out}", f"--executor={args.executor}"] + SETTINGS[label]
       if args.gate_label_window is not None:
         cmd.append(f"--gate_label_window={args.gate_label_window}")
+      if args.gate_probe_images is not None:
+        cmd.append(f"--gate_probe_images={args.gate_probe_images}")
       if args.keras_model:
         cmd.append(f"--keras_model={args.keras_model}")
       code = cli(cmd)
@@ -129,6 +133,8 @@ def main(argv=None) -> int:
            f"{args.gate_period}"
            + (f" --gate_label_window={args.gate_label_window}"
               if args.gate_label_window is not None else "")
+           + (f" --gate_probe_images={args.gate_probe_images}"
+              if args.gate_probe_images is not None else "")
            + f"; hurts = corruptions more than {report.HURT_POINTS:g} point under "
            "the int8 source; probed = share of the images the gate ran twice (both paths),"
            " mean over the streams and orderings", "", head, sep]
