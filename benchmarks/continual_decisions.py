@@ -18,6 +18,7 @@ starts, so every probe scores FORGE from its targets as a stream's first probe d
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -81,7 +82,6 @@ def run(path, data_dir, limit, batch, reset_at_probe, period):
                   "--protocol=continual", f"--output_dir={tmp}"])
       if code:
         raise SystemExit(f"forge_tflm eval exited {code}")
-      import json
       with open(os.path.join(tmp, "results.json")) as f:
         doc = json.load(f)
   finally:

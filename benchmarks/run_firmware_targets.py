@@ -38,33 +38,20 @@ sys.path.insert(0, REPO_ROOT)
 from benchmarks._report import command_line, dated, emit  # noqa: E402
 
 
-def _converted(model: str, name: str, args: list[str]) -> str:
-  """`model` converted with `args` once into its converter-keyed build-cache folder (the
-  tests' conversions: tests/deploy/test_mlperf_parity.py, test_host_parity_mobilenet.py
-  convert the same into the same file), so a converter change reconverts."""
-  from forge_tflm.deploy import targets, toolchains
-
-  root = targets.artifact_root(model)
-  path = os.path.join(root, name)
-  with toolchains.locked(root + ".lock"):
-    os.makedirs(root, exist_ok=True)
-    if not os.path.exists(path):
-      targets.convert([f"--output={path}"] + args, model=model)
-  return path
-
-
 def artifacts(cost_only: bool = False) -> dict[str, str]:
-  """label -> .tflite of each artifact run, and "_data"; cost_only: the ResNet-20 ones."""
+  """label -> .tflite of each artifact run, and "_data"; cost_only: the ResNet-20 ones.
+  The others are the parity tests' conversions (tests/deploy/test_mlperf_parity.py,
+  test_host_parity_mobilenet.py), shared through the build cache."""
   from forge_tflm.deploy import targets
 
   r20 = targets.r20_artifacts()
   arts = {"ResNet-20, 21 sites": r20["forge_all"], "ResNet-20, 3 sites": r20["forge_3"],
           "ResNet-20 plain (no site)": r20["plain"]}
   if not cost_only:
-    arts["MLPerf ResNet-8, 9 sites"] = _converted(
+    arts["MLPerf ResNet-8, 9 sites"] = targets.cached_conversion(
         os.path.join(targets.MLPERF_IC_DIR, "pretrainedResnet_quant.tflite"),
         "r8_forge_all.tflite", ["--input_range=0,255", "--calibration_size=200"])
-    arts["MobileNetV2-0.5, 52 sites, arena in PSRAM"] = _converted(
+    arts["MobileNetV2-0.5, 52 sites, arena in PSRAM"] = targets.cached_conversion(
         os.path.join(REPO_ROOT, "models", "mobilenet_v2_0.5_cifar10.keras"),
         "mbv2_forge_all.tflite", [])
   return {**arts, "_data": targets.DATA_DIR}

@@ -326,6 +326,19 @@ def convert(args: list[str], model: str = MODEL, data_dir: str = DATA_DIR) -> No
     raise RuntimeError(f"{' '.join(cmd)}\n{r.stderr[-4000:]}")
 
 
+def cached_conversion(model: str, name: str, args: list[str]) -> str:
+  """`model` converted with `args` once into artifact_root(model)/name (under its lock),
+  so every caller that converts the same shares the file and a converter change
+  converts again."""
+  root = artifact_root(model)
+  path = os.path.join(root, name)
+  with toolchains.locked(root + ".lock"):
+    os.makedirs(root, exist_ok=True)
+    if not os.path.exists(path):
+      convert([f"--output={path}"] + args, model=model)
+  return path
+
+
 def _convert_first(root: str) -> None:
   """The 21-site artifact and the plain int8 model (one conversion); the caller holds
   the folder's lock."""

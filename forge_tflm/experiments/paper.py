@@ -186,8 +186,9 @@ def _json(md: str) -> str:
   return md[:-len(".md")] + ".json"
 
 
-def _baseline(method: str, key: str) -> Json:
-  return Json(_json(B), ("results", "summary", method, key))
+def baseline(method: str, key: str, md: str = B) -> Json:
+  """A method's summary figure in the baselines experiment (`md`: or its twin's)."""
+  return Json(_json(md), ("results", "summary", method, key))
 
 
 def _per_corruption(method: str, stream: str, md: str = P) -> Json:
@@ -202,10 +203,9 @@ def _gap(key: str) -> Json:
 
 def setting_note() -> Ours:
   """The section's preamble, its figures read from the result files."""
-  twin = _json(RECORDED + "baselines/result.md")
-  return ours(_SETTING_TEXT, Json(twin, ("results", "summary", "forge", "mean_recovery")),
-              _baseline("bn-adapt", "mean_recovery"), _baseline("tent", "mean_recovery"),
-              _gap("forge"), _gap("kept_bn"), _baseline("forge", "mean_recovery"))
+  return ours(_SETTING_TEXT, baseline("forge", "mean_recovery", _twin(B)),
+              baseline("bn-adapt", "mean_recovery"), baseline("tent", "mean_recovery"),
+              _gap("forge"), _gap("kept_bn"), baseline("forge", "mean_recovery"))
 
 
 def _result(md: str, *keys: Any, then: Callable[[Any], Any] = _same) -> Json:
@@ -245,8 +245,8 @@ def _percent(fraction: float) -> float:
 
 
 def _accuracy_recovery(method: str) -> Ours:
-  return ours("{:.1f} / {:+.1f}", _baseline(method, "mean_accuracy"),
-              _baseline(method, "mean_recovery"))
+  return ours("{:.1f} / {:+.1f}", baseline(method, "mean_accuracy"),
+              baseline(method, "mean_recovery"))
 
 
 def _memory(target: str, artifact: str, column: str) -> MdCell:
@@ -271,19 +271,19 @@ _PAPER_PERCORR = (
     "67.4 / 68.2 / 71.7 / 68.9", "41.4 / 70.2 / 76.7 / 70.7", "69.0 / 66.2 / 71.3 / 67.2",
     "50.1 / 70.7 / 75.0 / 71.3")
 _PERCORR_METHODS = ("source-fp32", "bn-adapt", "tent", "forge")
-_FORGE_RECOVERY_STD = ours("{:+.1f} ({:.2f})", _baseline("forge", "mean_recovery"),
-                           _baseline("forge", "mean_recovery_std"))
+_FORGE_RECOVERY_STD = ours("{:+.1f} ({:.2f})", baseline("forge", "mean_recovery"),
+                           baseline("forge", "mean_recovery_std"))
 
 ROWS: tuple[PaperRow, ...] = (
     # tab:baselines
-    PaperRow("tab:baselines", "source (fp32) accuracy", "50.1", ours("{:.1f}", _baseline("source-fp32", "mean_accuracy")), B, "setting"),
+    PaperRow("tab:baselines", "source (fp32) accuracy", "50.1", ours("{:.1f}", baseline("source-fp32", "mean_accuracy")), B, "setting"),
     PaperRow("tab:baselines", "BN-adapt: accuracy / recovery", "70.7 / +20.6", _accuracy_recovery("bn-adapt"), B, "setting; BN-adapt below FORGE in both"),
     PaperRow("tab:baselines", "TENT: accuracy / recovery", "75.0 / +24.9", _accuracy_recovery("tent"), B, "setting; TENT leads FORGE by 4.0 there; here compare the FORGE row (measured and recorded targets)"),
-    PaperRow("tab:baselines", "source (int8) accuracy", "50.4", ours("{:.1f}", _baseline("source", "mean_accuracy")), B, "setting"),
+    PaperRow("tab:baselines", "source (int8) accuracy", "50.4", ours("{:.1f}", baseline("source", "mean_accuracy")), B, "setting"),
     PaperRow("tab:baselines", "scale-adapt: accuracy / recovery", "50.0 / -0.4", _accuracy_recovery("scale-adapt"), B, "same: re-estimating int8 ranges recovers nothing"),
     PaperRow("tab:baselines", "FORGE: accuracy / recovery (std, 5 orderings)", "71.3 / +20.9 (0.04)",
-             ours("{:.1f} / {:+.1f} ({:.2f})", *(_baseline("forge", k) for k in ("mean_accuracy", "mean_recovery", "mean_recovery_std"))), B, "setting",
-             ours("{:.1f} / {:+.1f} ({:.2f})", *(Json(_json(_twin(B)), ("results", "summary", "forge", k)) for k in ("mean_accuracy", "mean_recovery", "mean_recovery_std")))),
+             ours("{:.1f} / {:+.1f} ({:.2f})", *(baseline("forge", k) for k in ("mean_accuracy", "mean_recovery", "mean_recovery_std"))), B, "setting",
+             ours("{:.1f} / {:+.1f} ({:.2f})", *(baseline("forge", k, _twin(B)) for k in ("mean_accuracy", "mean_recovery", "mean_recovery_std")))),
     PaperRow("tab:baselines", "CoTTA, continual protocol: recovery", "+13.9", None, "", "not implemented here (backprop + augmentation); the continual protocol itself runs: FORGE continual minus reset-each-shift -0.10, TENT -4.48 (benchmarks/results/field_protocols_fp32.md)"),
 ) + tuple(
     PaperRow("tab:percorr", f"{name}: source / BN-adapt / TENT / FORGE", paper,
@@ -293,7 +293,7 @@ ROWS: tuple[PaperRow, ...] = (
     for name, paper in zip(_CORRUPTIONS, _PAPER_PERCORR, strict=True)
 ) + (
     PaperRow("tab:general", "ResNet-20, CIFAR-10-C: recovery", "+20.9 (0.04)", _FORGE_RECOVERY_STD, B, "setting",
-             ours("{:+.1f} ({:.2f})", *(Json(_json(_twin(B)), ("results", "summary", "forge", k)) for k in ("mean_recovery", "mean_recovery_std")))),
+             ours("{:+.1f} ({:.2f})", *(baseline("forge", k, _twin(B)) for k in ("mean_recovery", "mean_recovery_std")))),
     PaperRow("tab:general", "MobileNetV2, CIFAR-10-C: recovery", "+20.5 (0.09)",
              ours("{:+.1f}", _result(GEN, "rows", "MobileNetV2-0.5 on CIFAR-10", "forge_recovery")),
              GEN, "MobileNetV2-0.5, 2,000 images per corruption; both models recover alike in both",

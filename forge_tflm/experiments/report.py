@@ -35,15 +35,13 @@ _LEVEL_TEXT = (
 
 def level_note() -> paper.Ours:
   """The report's preamble, its figures read from the result files."""
-  def summary(folder, method):
-    return paper.Json(f"results/{folder}/result.json",
-                      ("results", "summary", method, "mean_recovery"))
+  recovery = "mean_recovery"
   return paper.ours(_LEVEL_TEXT,
                     paper.Json("results/selective/result.json",
                                ("results", "all_sites_recovery")),
-                    summary("recorded_targets/baselines", "forge"),
-                    summary("baselines", "bn-adapt"), summary("baselines", "tent"),
-                    summary("baselines", "forge"))
+                    paper.baseline("forge", recovery, paper.RECORDED + "baselines/result.md"),
+                    paper.baseline("bn-adapt", recovery), paper.baseline("tent", recovery),
+                    paper.baseline("forge", recovery))
 EXPLANATIONS: dict[tuple[str, str], str] = {
     ("selective", "held-out top-3: share of all-site recovery (%)"):
         "Higher than the paper: here the two convs of stage 2's first block and the"

@@ -38,10 +38,8 @@ import time
 import numpy as np
 import pytest
 
-from forge_tflm.deploy.targets import (DATA_DIR, HOST_OPS, MODEL, artifact_paths,
-                                       build_host, convert)
+from forge_tflm.deploy.targets import DATA_DIR, HOST_OPS, artifact_paths, build_host
 from forge_tflm.deploy.toolchains import ToolMissing
-from forge_tflm.deploy.toolchains import locked as _locked  # noqa: F401
 from tests.deploy.parity import check_parity
 N_IMAGES = int(os.environ.get("FORGE_TFLM_DEPLOY_IMAGES", "200"))
 TARGETS = ("reference", "esp_nn")
@@ -61,11 +59,6 @@ def _timed(key):
 
 
 # ---------------------------------------------------------------- artifacts
-
-def _convert(out_dir: str, args: list[str], model: str = MODEL) -> None:
-  """`forge_tflm convert` of `model` with `args` (which name the outputs in out_dir)."""
-  convert(args, model, DATA_DIR)
-
 
 @pytest.fixture(scope="session")
 def artifacts(tmp_path_factory) -> dict[str, str]:

@@ -26,12 +26,11 @@ import subprocess
 import numpy as np
 import pytest
 
-from forge_tflm.deploy.targets import artifact_root
+from forge_tflm.deploy.targets import cached_conversion
 from tests.conftest import REPO_ROOT
 from tests.deploy.parity import check_parity
 from tests.deploy.test_host_parity import (  # noqa: F401  (stream: a fixture)
-    DATA_DIR, N_IMAGES, TARGETS, _convert, _dataset_cache, _explainer,
-    _locked, _make, stream)
+    DATA_DIR, N_IMAGES, TARGETS, _dataset_cache, _explainer, _make, stream)
 
 MODEL = os.path.join(REPO_ROOT, "models", "mobilenet_v2_0.5_cifar10.keras")
 N_SITES = 52
@@ -52,13 +51,8 @@ def mbv2_artifact(tmp_path_factory) -> str:
   """MobileNetV2-0.5 with FORGE at its 52 sites, converted once into the build cache."""
   if not os.path.isdir(DATA_DIR):
     pytest.skip(f"needs CIFAR-10 at {DATA_DIR}")
-  root = artifact_root(MODEL)
-  path = os.path.join(root, "mbv2_forge_all.tflite")
-  with _locked(root + ".lock"), _dataset_cache(tmp_path_factory):
-    os.makedirs(root, exist_ok=True)
-    if not os.path.exists(path):
-      _convert(root, [f"--output={path}"], model=MODEL)
-  return path
+  with _dataset_cache(tmp_path_factory):
+    return cached_conversion(MODEL, "mbv2_forge_all.tflite", [])
 
 
 @pytest.fixture(scope="module")

@@ -34,11 +34,11 @@ import time
 
 import pytest
 
-from forge_tflm.deploy.targets import artifact_root
+from forge_tflm.deploy.targets import cached_conversion
 from tests.conftest import SHARED_MLPERF_IC
 from tests.deploy import test_cortexm as cm
-from tests.deploy.test_host_parity import (DATA_DIR, N_IMAGES, TARGETS, _convert,
-                                           _dataset_cache, _locked, _make)
+from tests.deploy.test_host_parity import (DATA_DIR, N_IMAGES, TARGETS, _dataset_cache,
+                                           _make)
 
 MODEL = os.path.join(SHARED_MLPERF_IC, "pretrainedResnet_quant.tflite")
 N_SITES = 9  # every CONV_2D of ResNet-8
@@ -58,14 +58,10 @@ def artifact(tmp_path_factory) -> str:
     pytest.skip(f"needs MLPerf Tiny's ResNet-8 at {MODEL} (not present)")
   if not os.path.isdir(DATA_DIR):
     pytest.skip(f"needs CIFAR-10 at {DATA_DIR}")
-  root = artifact_root(MODEL)
-  path = os.path.join(root, "r8_forge_all.tflite")
   t0 = time.time()
-  with _locked(root + ".lock"), _dataset_cache(tmp_path_factory):
-    os.makedirs(root, exist_ok=True)
-    if not os.path.exists(path):
-      _convert(root, [f"--output={path}", "--input_range=0,255", "--calibration_size=200"],
-               model=MODEL)
+  with _dataset_cache(tmp_path_factory):
+    path = cached_conversion(MODEL, "r8_forge_all.tflite",
+                             ["--input_range=0,255", "--calibration_size=200"])
   _timed("convert", t0)
   return path
 
